@@ -1,0 +1,38 @@
+# Set-up and everyday commands. `make run` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build on Linux x86; an Ascend or CUDA install sets its own (see README).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: run test venv lint serve screenshots bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Start the console on the built-in demo model. Without a display it says how to use
+# Xvfb / offscreen, or to run the headless API instead (`make serve`).
+run: $(STAMP)
+	$(BIN)/npu-console gui
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+serve: $(STAMP)
+	$(BIN)/npu-console serve
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine console tests
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python packaging/screenshots.py docs/screenshots
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

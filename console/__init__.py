@@ -1,0 +1,1 @@
+"""NPU Console desktop application (PySide6): a view over the engine."""

@@ -1,0 +1,77 @@
+"""`npu-console` entry point: one sub-command per module under engine.cli.
+
+Each command module exposes `register(subparsers)` which adds its parser and sets
+`func=callable(args) -> int`. Modules are imported lazily only by name in COMMANDS so that
+`npu-console --version` stays instant and a broken optional part cannot take the CLI down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from engine import __version__
+
+# name of the module under engine.cli for each command group, in help order
+COMMANDS = [
+    "gui",
+    "doctor",
+    "generate",
+    "chat",
+    "serve",
+    "smi",
+    "quantize",
+    "eval",
+    "bench",
+]
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit code 2 (or `code`)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.build_info import flavour
+
+    parser = argparse.ArgumentParser(
+        prog="npu-console",
+        description="Run, quantize, benchmark and serve LLMs on Ascend NPUs, NVIDIA GPUs and CPUs.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"npu-console {__version__} ({flavour()})"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"engine.cli.{name}_cmd")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"engine.cli.{name}_cmd":
+                continue  # command not built yet in this checkout
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

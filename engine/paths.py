@@ -1,0 +1,26 @@
+"""Where the application's shipped data and per-user state live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import assets as _assets
+
+ASSETS_DIR = Path(_assets.__file__).resolve().parent
+DEMO_MODEL_DIR = ASSETS_DIR / "models" / "demo"
+CALIB_DIR = ASSETS_DIR / "calib"
+
+
+def state_dir() -> Path:
+    """Per-user state (recent models, presets, conversations, results); XDG on Linux.
+
+    NPU_CONSOLE_HOME overrides it, which tests use to stay out of the user's home.
+    """
+    override = os.environ.get("NPU_CONSOLE_HOME")
+    if override:
+        base = Path(override)
+    else:
+        base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "npu-console"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
