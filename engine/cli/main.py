@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from engine import __version__
+from engine.cli.errors import CliError
 
 # name of the module under engine.cli for each command group, in help order
 COMMANDS = [
@@ -25,14 +26,6 @@ COMMANDS = [
     "eval",
     "bench",
 ]
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit code 2 (or `code`)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,55 @@
+"""Arguments and model loading shared by the commands that run a model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from engine.cli.errors import CliError
+
+
+def add_model_args(p, device: bool = True) -> None:
+    from engine.paths import DEMO_MODEL_DIR
+
+    p.add_argument("--model", default=str(DEMO_MODEL_DIR),
+                   help="model folder (Hugging Face layout); default: the built-in demo model")
+    p.add_argument("--download", action="store_true",
+                   help="if --model is a hub id rather than a folder, download it first (needs network)")
+    if device:
+        p.add_argument("--device", default="auto", help="auto, cpu, npu[:N] or cuda[:N]")
+        p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def resolve_device_dtype(args) -> tuple[str, str]:
+    from engine.devices import default_dtype, get_device
+
+    try:
+        dev = get_device(args.device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    dtype = default_dtype(dev) if args.dtype == "auto" else args.dtype
+    return dev.torch_device, dtype
+
+
+def load_for_cli(args, quiet: bool = False):
+    """Load --model with plain-word errors; progress goes to stderr."""
+    from engine.models import LoadCancelled, ModelFolderError, ModelLoadError, add_recent_model, load_model
+    from engine.models.loader import resolve_model_path
+
+    device, dtype = resolve_device_dtype(args)
+    try:
+        path = resolve_model_path(args.model, allow_download=getattr(args, "download", False))
+        if not Path(path).exists() and "/" in str(args.model) and not str(args.model).startswith(("/", ".")):
+            raise CliError(f"{args.model}: no such folder; to fetch it from the hub add --download")
+
+        def progress(fraction: float, what: str) -> None:
+            if not quiet and sys.stderr.isatty():
+                print(f"\r[{fraction * 100:3.0f}%] {what:<40}", end="", file=sys.stderr, flush=True)
+
+        loaded = load_model(path, device=device, dtype=dtype, progress=progress)
+        if not quiet and sys.stderr.isatty():
+            print("\r" + " " * 50 + "\r", end="", file=sys.stderr)
+    except (ModelFolderError, ModelLoadError, LoadCancelled) as exc:
+        raise CliError(str(exc)) from None
+    add_recent_model(path)
+    return loaded

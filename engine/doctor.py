@@ -1,0 +1,217 @@
+"""Environment checklist an engineer runs first: each check says what it found and, when it
+fails, the one-line fix (in the spirit of Ascend's deployment troubleshooting guides)."""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata as md
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ASCEND_ROOT = Path(os.environ.get("ASCEND_ROOT", "/usr/local/Ascend"))
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok", "warn", "fail", "info"
+    detail: str
+    fix: str | None = None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    if v < (3, 10):
+        return Check("python", "fail", platform.python_version(), "use Python 3.10 or newer")
+    return Check("python", "ok", f"{platform.python_version()} ({sys.executable})")
+
+
+def check_torch() -> list[Check]:
+    out = []
+    tv = _version("torch")
+    if tv is None:
+        return [Check("torch", "fail", "not installed", "pip install torch==2.13.0 (CPU build; see README)")]
+    out.append(Check("torch", "ok", tv))
+    nv = _version("torch-npu") or _version("torch_npu")
+    if nv is None:
+        out.append(Check("torch_npu", "info", "not installed (needed only for Ascend NPUs)",
+                         "on an Ascend server: pip install torch-npu==<torch version> (see docs/packaging.md)"))
+        return out
+    base_t = tv.split("+")[0]
+    base_n = nv.split(".post")[0].split("+")[0]
+    if base_t != base_n:
+        out.append(Check("torch_npu", "fail", f"{nv} does not match torch {tv}",
+                         f"torch_npu {base_n} needs torch {base_n}: pip install torch=={base_n}"))
+    else:
+        out.append(Check("torch_npu", "ok", f"{nv} (matches torch {tv})"))
+    from engine.devices import npu_import_error
+
+    err = npu_import_error()
+    if err:
+        fix = "source /usr/local/Ascend/ascend-toolkit/set_env.sh (CANN not on the library path)" \
+            if "lib" in err and ".so" in err else "reinstall torch_npu for this torch and CANN version"
+        out.append(Check("torch_npu import", "fail", err, fix))
+    return out
+
+
+def _read_first(paths: list[str], key: str) -> str | None:
+    for pattern in paths:
+        for p in glob.glob(pattern):
+            try:
+                for line in Path(p).read_text(errors="replace").splitlines():
+                    if line.strip().startswith(key):
+                        return line.split("=", 1)[-1].split(":", 1)[-1].strip()
+            except OSError:
+                continue
+    return None
+
+
+def check_ascend_driver() -> list[Check]:
+    out = []
+    devs = sorted(glob.glob("/dev/davinci[0-9]*"))
+    driver = _read_first([str(ASCEND_ROOT / "driver" / "version.info")], "Version")
+    if not devs and driver is None:
+        out.append(Check("ascend driver", "info",
+                         "no Ascend NPU: no /dev/davinci* devices and no driver under "
+                         f"{ASCEND_ROOT}/driver (this machine has no NPU, or its driver is not installed)",
+                         "on an Ascend server: install the NPU driver and firmware, then reboot or "
+                         "reload the driver"))
+        return out
+    if not devs:
+        out.append(Check("ascend driver", "fail", f"driver {driver} installed but no /dev/davinci* devices",
+                         "the driver is not loaded: check `dmesg | grep -i davinci` and reinstall the driver"))
+    else:
+        out.append(Check("ascend driver", "ok", f"driver {driver or 'unknown version'}, {len(devs)} device node(s)"))
+        if not os.access(devs[0], os.R_OK | os.W_OK):
+            out.append(Check("device access", "fail", f"no read/write access to {devs[0]}",
+                             "add this user to the HwHiAiUser group: sudo usermod -aG HwHiAiUser $USER"))
+    return out
+
+
+def check_cann() -> Check:
+    ver = _read_first([str(ASCEND_ROOT / "ascend-toolkit" / "latest" / "*" / "ascend_toolkit_install.info"),
+                       str(ASCEND_ROOT / "ascend-toolkit" / "latest" / "version.cfg")], "version")
+    home = os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME")
+    if ver is None and home is None:
+        return Check("CANN toolkit", "info", f"not found under {ASCEND_ROOT}/ascend-toolkit",
+                     "on an Ascend server: install CANN and source /usr/local/Ascend/ascend-toolkit/set_env.sh")
+    if home is None:
+        return Check("CANN toolkit", "warn", f"{ver} installed but its environment is not set",
+                     "source /usr/local/Ascend/ascend-toolkit/set_env.sh")
+    return Check("CANN toolkit", "ok", f"{ver or 'unknown version'} at {home}")
+
+
+def check_npu_smi(binary: str = "npu-smi", timeout: float = 10.0) -> Check:
+    path = shutil.which(binary)
+    if path is None:
+        return Check("npu-smi", "info", "not on PATH (no Ascend driver tools here)",
+                     "on an Ascend server: export PATH=$PATH:/usr/local/sbin or install the driver's tools")
+    try:
+        res = subprocess.run([path, "info"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("npu-smi", "fail", f"`npu-smi info` did not answer within {timeout:.0f} s",
+                     "the driver may be hung: check `dmesg`, then restart the driver or the host")
+    except OSError as exc:
+        return Check("npu-smi", "fail", f"cannot run {path}: {exc}", "check the file's permissions")
+    if res.returncode != 0:
+        first = (res.stdout + res.stderr).strip().splitlines()
+        return Check("npu-smi", "fail", f"exit code {res.returncode}: {first[0] if first else 'no output'}",
+                     "device not initialised or busy: check the driver and other processes using it")
+    return Check("npu-smi", "ok", f"{path} answers")
+
+
+def check_nvidia() -> Check:
+    if shutil.which("nvidia-smi") is None and _version("nvidia-ml-py") is None:
+        return Check("NVIDIA", "info", "no nvidia-smi and no NVML bindings (no NVIDIA GPU expected)")
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        return Check("NVIDIA", "ok", f"driver {drv}, {n} GPU(s)")
+    except Exception as exc:  # NVML raises its own error classes
+        return Check("NVIDIA", "warn", f"NVML not usable: {exc}",
+                     "install the NVIDIA driver, or pip install npu-console[cuda]")
+
+
+def check_devices() -> list[Check]:
+    from engine.devices import list_devices
+    from engine.models.memory import format_bytes
+
+    out = []
+    for d in list_devices():
+        out.append(Check(f"device {d.torch_device}", "ok",
+                         f"{d.name}: {format_bytes(d.free_memory)} free of {format_bytes(d.total_memory)}, "
+                         f"dtypes {', '.join(d.dtypes)}"))
+    if len(out) == 1:
+        out.append(Check("accelerator", "info", "none found: the engine runs on the CPU"))
+    return out
+
+
+def check_disk(path: Path) -> Check:
+    usage = shutil.disk_usage(path)
+    gib = usage.free / 2**30
+    status = "ok" if gib >= 5 else ("warn" if gib >= 1 else "fail")
+    fix = None if status == "ok" else "free disk space: models and INT8 exports need several GB"
+    return Check("disk", status, f"{gib:.1f} GiB free at {path}", fix)
+
+
+def check_env() -> Check:
+    keys = ["ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+            "OMP_NUM_THREADS", "PYTORCH_NPU_ALLOC_CONF", "TASK_QUEUE_ENABLE"]
+    shown = [f"{k}={os.environ[k]}" for k in keys if k in os.environ]
+    return Check("environment", "info", ", ".join(shown) if shown else "no device variables set")
+
+
+def check_demo_model() -> Check:
+    from engine.models.folder import inspect_model_folder
+    from engine.paths import DEMO_MODEL_DIR
+
+    report = inspect_model_folder(DEMO_MODEL_DIR)
+    if not report.ok:
+        return Check("demo model", "fail", str(report.problems[0]),
+                     "reinstall npu-console, or rebuild it: packaging/train_demo_model.sh")
+    return Check("demo model", "ok", f"{report.summary()} at {DEMO_MODEL_DIR}")
+
+
+def check_display() -> Check:
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return Check("display", "ok", "a display is available for the console")
+    if os.environ.get("QT_QPA_PLATFORM"):
+        return Check("display", "info", f"QT_QPA_PLATFORM={os.environ['QT_QPA_PLATFORM']}")
+    return Check("display", "info", "no display: the GUI needs one",
+                 "run `xvfb-run npu-console gui`, use ssh -X, or `npu-console serve` for the headless API")
+
+
+def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
+    from engine.paths import state_dir
+
+    checks = [check_python()]
+    checks += check_torch()
+    checks += check_ascend_driver()
+    checks.append(check_cann())
+    checks.append(check_npu_smi(npu_smi))
+    checks.append(check_nvidia())
+    checks += check_devices()
+    checks.append(check_env())
+    checks.append(check_disk(state_dir()))
+    checks.append(check_demo_model())
+    checks.append(check_display())
+    return checks
+
+
+def as_dict(checks: list[Check]) -> dict:
+    return {"ok": not any(c.status == "fail" for c in checks), "checks": [asdict(c) for c in checks]}

@@ -1,0 +1,133 @@
+"""Load a validated Hugging Face model folder onto a device, in a dtype.
+
+Validation runs first (engine.models.folder), so a broken folder fails with one plain sentence
+naming the file instead of a transformers traceback. Loading reports coarse progress and can be
+cancelled between stages. Nothing here touches the network: a model id that is not a folder
+is refused unless the caller explicitly allows a hub download.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.models.folder import ModelFolderError, ModelFolderReport, validate_model_folder
+from engine.models.memory import estimate_memory, fits_message
+
+ProgressFn = Callable[[float, str], None]
+
+
+class LoadCancelled(Exception):
+    """The caller cancelled a load; nothing stays allocated."""
+
+
+class ModelLoadError(Exception):
+    """Loading failed for a reason that is not the folder's layout (memory, device, dtype)."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine: torch module in eval mode plus its tokenizer."""
+
+    name: str
+    path: Path
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    config: Any
+    device: str
+    dtype: str  # "float32", "bfloat16", "float16"
+    architecture: str
+    quantization: str | None = None
+    report: ModelFolderReport | None = None
+
+
+def resolve_model_path(spec: str | Path, allow_download: bool = False,
+                       cache_dir: str | Path | None = None) -> Path:
+    """A local folder as is; a hub id ("org/name") only when the user asked for a download."""
+    path = Path(spec).expanduser()
+    if path.exists() or not allow_download:
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:  # pragma: no cover - shipped with transformers
+        raise ModelLoadError(f"cannot download {spec}: huggingface_hub is not installed") from exc
+    try:
+        return Path(snapshot_download(repo_id=str(spec), cache_dir=cache_dir))
+    except Exception as exc:  # network errors come in many types; report one line
+        raise ModelLoadError(f"download of {spec} failed: {str(exc).splitlines()[0]}") from None
+
+
+def _check(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise LoadCancelled("loading cancelled")
+
+
+def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
+               name: str | None = None, progress: ProgressFn | None = None,
+               cancel: threading.Event | None = None, check_memory: bool = True,
+               context: int | None = None) -> LoadedModel:
+    """Validate, check memory, then load. Raises ModelFolderError (folder problems),
+    ModelLoadError (memory / device / dtype) or LoadCancelled."""
+    from engine.devices import get_device, import_torch
+
+    def step(fraction: float, what: str) -> None:
+        _check(cancel)
+        if progress is not None:
+            progress(fraction, what)
+
+    path = Path(path).expanduser()
+    step(0.02, "checking the folder")
+    report = validate_model_folder(path)
+    try:
+        dev = get_device(device)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ModelLoadError(f"unsupported dtype {dtype!r}: choose float32, float16 or bfloat16")
+    if check_memory:
+        est = estimate_memory(report, dtype, context=context or min(report.max_context or 2048, 4096))
+        msg = fits_message(est, dev.free_memory, dev.label)
+        if msg:
+            raise ModelLoadError(msg)
+
+    if report.quantization:
+        step(0.1, "loading the quantized checkpoint")
+        from engine.quant.io import load_quantized  # only needed for INT8 folders
+
+        return load_quantized(path, device=dev.torch_device, dtype=dtype, name=name,
+                              progress=progress, cancel=cancel)
+
+    torch = import_torch()
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.disable_progress_bar()
+    step(0.1, "loading the tokenizer")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # tokenizers raise many types for a bad file
+        raise ModelFolderError(_single_problem(report, "tokenizer", exc)) from None
+    step(0.25, "loading the weights")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    except Exception as exc:
+        raise ModelFolderError(_single_problem(report, "weights", exc)) from None
+    step(0.85, f"moving to {dev.torch_device}")
+    model.to(dev.torch_device).eval()
+    step(1.0, "ready")
+    arch = (model.config.architectures or [type(model).__name__])[0]
+    return LoadedModel(name=name or path.name, path=path, model=model, tokenizer=tokenizer,
+                       config=model.config, device=dev.torch_device, dtype=dtype,
+                       architecture=arch, report=report)
+
+
+def _single_problem(report: ModelFolderReport, what: str, exc: Exception) -> ModelFolderReport:
+    from engine.models.folder import Problem
+
+    files = report.tokenizer_files if what == "tokenizer" else report.weight_files
+    where = files[0] if files else "."
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    report.problems.append(Problem(where, f"{what} could not be read: {reason}"))
+    return report

@@ -1,0 +1,71 @@
+"""Memory estimates before loading: weights by dtype, KV cache per token at a chosen context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.models.folder import ModelFolderReport
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
+# Activations, allocator slack and the runtime itself: a margin, not a measurement.
+OVERHEAD_FRACTION = 0.10
+OVERHEAD_MIN = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weight_bytes: int
+    kv_bytes_per_token: int
+    kv_tokens: int
+    overhead_bytes: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_bytes_per_token * self.kv_tokens
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes + self.overhead_bytes
+
+
+def kv_bytes_per_token(report: ModelFolderReport, dtype: str) -> int:
+    """K and V for every layer: 2 * layers * kv_heads * head_dim * element size."""
+    if not (report.num_layers and report.num_kv_heads and report.head_dim):
+        return 0
+    return 2 * report.num_layers * report.num_kv_heads * report.head_dim * DTYPE_BYTES[dtype]
+
+
+def estimate_memory(report: ModelFolderReport, dtype: str = "float32", context: int | None = None,
+                    max_seqs: int = 1, quantization: str | None = None) -> MemoryEstimate:
+    """Estimate what loading needs: weights in `dtype` (linear layers in int8 when quantized)
+    plus a KV cache for `max_seqs` sequences of `context` tokens."""
+    params = report.num_parameters or 0
+    elem = DTYPE_BYTES[dtype]
+    if quantization:
+        # Embeddings (and a tied lm_head) stay in float; the linear layers take one byte a weight
+        # plus a float scale per output channel (negligible).
+        embed = (report.vocab_size or 0) * (report.hidden_size or 0)
+        weights = embed * elem + max(params - embed, 0)
+    else:
+        weights = params * elem
+    ctx = context or report.max_context or 2048
+    overhead = max(OVERHEAD_MIN, int(weights * OVERHEAD_FRACTION))
+    return MemoryEstimate(weights, kv_bytes_per_token(report, dtype), ctx * max_seqs, overhead)
+
+
+def fits_message(estimate: MemoryEstimate, free_bytes: int, device_label: str) -> str | None:
+    """None when it fits; else a plain sentence with both numbers."""
+    if estimate.total_bytes <= free_bytes:
+        return None
+    return (f"not enough memory: needs about {format_bytes(estimate.total_bytes)} "
+            f"(weights {format_bytes(estimate.weight_bytes)}, KV cache {format_bytes(estimate.kv_bytes)}), "
+            f"{format_bytes(free_bytes)} free on {device_label}; try a smaller dtype, INT8, or a "
+            "shorter context")
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

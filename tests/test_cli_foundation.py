@@ -1,0 +1,80 @@
+"""The foundation's command line: doctor, generate, clean errors for broken folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "engine.cli.main", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_version():
+    res = run_cli("--version")
+    assert res.returncode == 0 and res.stdout.startswith("npu-console ")
+
+
+def test_doctor_json_says_there_is_no_npu_and_why():
+    res = run_cli("doctor", "--json")
+    data = json.loads(res.stdout)
+    names = {c["name"]: c for c in data["checks"]}
+    assert names["torch"]["status"] == "ok"
+    if not any(n.startswith("device npu") for n in names):
+        drv = names["ascend driver"]
+        assert "no Ascend NPU" in drv["detail"] and "/dev/davinci" in drv["detail"]
+        assert drv["fix"]
+    assert names["device cpu"]["status"] == "ok"
+    assert res.returncode == (1 if not data["ok"] else 0)
+
+
+def test_doctor_reports_a_failing_npu_smi(tmp_path):
+    fake = tmp_path / "npu-smi"
+    fake.write_text("#!/bin/sh\necho 'dcmi model initialized failed, because the device is used. ret is -8020'\nexit 1\n")
+    fake.chmod(0o755)
+    res = run_cli("doctor", "--json", "--npu-smi", str(fake))
+    check = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["npu-smi"]
+    assert check["status"] == "fail" and "-8020" in check["detail"] and check["fix"]
+    assert res.returncode == 1
+
+
+def test_generate_on_stories_is_the_known_tinystories_text(stories_dir):
+    res = run_cli("generate", "--model", str(stories_dir), "--prompt", "Once upon a time",
+                  "--max-tokens", "30")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(", there was a little girl named Lily. She loved to play outside")
+
+
+@pytest.mark.parametrize("breakage,expected", [
+    ("config", "config.json: missing"),
+    ("truncate", "model.safetensors: truncated"),
+    ("tokenizer", "no tokenizer"),
+])
+def test_broken_folder_is_one_line_error(stories_dir, tmp_path, breakage, expected):
+    dst = tmp_path / "m"
+    shutil.copytree(stories_dir, dst, ignore=shutil.ignore_patterns("original"))
+    if breakage == "config":
+        (dst / "config.json").unlink()
+    elif breakage == "truncate":
+        data = (dst / "model.safetensors").read_bytes()
+        (dst / "model.safetensors").write_bytes(data[:1000])
+    else:
+        (dst / "tokenizer.json").unlink()
+        (dst / "tokenizer.model").unlink()
+    res = run_cli("generate", "--model", str(dst), "--prompt", "hi")
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+    assert "Traceback" not in res.stderr
+
+
+def test_unknown_device_is_a_clear_error(stories_dir):
+    res = run_cli("generate", "--model", str(stories_dir), "--prompt", "x", "--device", "npu:3")
+    assert res.returncode == 2 and "not available here" in res.stderr and "Traceback" not in res.stderr
