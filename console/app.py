@@ -1,0 +1,105 @@
+"""Application entry: QApplication on a qasync loop, settings, theme, background start-up.
+
+The window is shown before anything slow happens; torch import, engine start, the default
+model's load and the first telemetry poll all run on worker threads afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from console.context import ConsoleContext
+from console.main_window import MainWindow
+from console.settings import open_settings
+from console.theme import app_icon, apply_theme
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LaunchOptions:
+    model: str | None = None  # folder to load at start; None = the demo model; "" = none
+    replay: list[str] = field(default_factory=list)  # npu-smi captures instead of live telemetry
+    settings_path: str | None = None
+    theme: str | None = None  # overrides the saved theme
+    start_engine: bool = True
+
+
+def ensure_app(argv: list[str] | None = None) -> QApplication:
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv or [sys.argv[0]])
+    app.setApplicationName("NPU Console")
+    app.setOrganizationName("npu-console")
+    app.setWindowIcon(app_icon())
+    return app
+
+
+def build_window(options: LaunchOptions) -> MainWindow:
+    """Create context + window and kick off the background work; returns the shown window."""
+    app = ensure_app()
+    settings = open_settings(options.settings_path)
+    apply_theme(app, options.theme or str(settings.value("ui/theme", "dark")))
+    ctx = ConsoleContext(settings)
+    window = MainWindow(ctx)
+    window.show()
+    # after the first paint: the window must be usable before anything slow starts
+    QTimer.singleShot(0, lambda: start_background(ctx, options))
+    return window
+
+
+def start_background(ctx: ConsoleContext, options: LaunchOptions) -> None:
+    if ctx.closed:  # the window was closed before the event loop got here
+        return
+    try:
+        if options.replay:
+            ctx.telemetry.start_replay(options.replay)
+        else:
+            ctx.telemetry.start_live()
+    except Exception as exc:  # telemetry is optional: the rest of the console still works  # noqa: BLE001
+        log.warning("telemetry did not start: %s", exc)
+    if not options.start_engine:
+        return
+    ctx.engine_host.start()
+    model = options.model
+    if model is None:
+        from engine.paths import DEMO_MODEL_DIR
+
+        # a checkout without the trained demo model still opens; the user picks a folder
+        model = str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists() else ""
+    if model:
+        models_page = _page(ctx, "models")
+        if models_page is not None and models_page.open_folder(model):
+            models_page.start_load()
+        elif models_page is None:
+            ctx.engine_host.load(model, name=Path(model).name)
+
+
+def _page(ctx, page_id):
+    for w in QApplication.topLevelWidgets():
+        if isinstance(w, MainWindow) and w.ctx is ctx:
+            return w.page(page_id)
+    return None
+
+
+def run(options: LaunchOptions) -> int:
+    """Run the GUI until the window closes; returns the exit code."""
+    import qasync
+
+    app = ensure_app()
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = build_window(options)
+    done = asyncio.Event()
+    window.closed.connect(done.set)
+    app.aboutToQuit.connect(done.set)
+    with loop:
+        loop.run_until_complete(done.wait())
+    return 0

@@ -1,0 +1,228 @@
+"""The one place where engine events and telemetry snapshots become Qt signals on the GUI thread.
+
+Worker threads (a reader per streaming request, a stats sampler, the telemetry poller) only
+append to locked buffers; one GUI-thread QTimer drains them every FLUSH_MS, so a page sees at
+most one `tokens` signal per request per repaint however fast the engine decodes, and the GUI
+thread never waits on an engine lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+# engine.runtime.types is imported inside functions: importing anything under engine.runtime
+# may pull in torch (seconds), and the window must show before that happens.
+
+log = logging.getLogger(__name__)
+
+FLUSH_MS = 40
+STATS_INTERVAL_S = 0.25
+
+
+@dataclass
+class _Stream:
+    request_id: str
+    handle: Any
+    thread: threading.Thread | None = None
+    pending: list[str] = field(default_factory=list)
+    n_tokens: int = 0
+    finish: Any = None  # FinishEvent
+    cancelled: bool = False
+
+
+class EngineBridge(QObject):
+    """Owns no model: it forwards to an EngineClient and a TelemetryPoller set on it."""
+
+    tokens = Signal(str, str)  # request_id, text since the last flush
+    finished = Signal(str, object)  # request_id, FinishEvent
+    stats = Signal(object)  # EngineStats, a few times a second
+    metrics = Signal(object)  # engine metrics sample (whatever the engine exposes), same rate
+    telemetry = Signal(object)  # TelemetrySnapshot, once per poll
+    alert = Signal(object)  # AlertEvent
+    engine_changed = Signal(object)  # the EngineClient (or None)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.engine = None  # an engine.runtime.types.EngineClient
+        self.poller = None
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+        self._snapshots: deque = deque(maxlen=4)
+        self._alerts: deque = deque(maxlen=256)
+        self._stat_samples: deque = deque(maxlen=8)
+        self._unsubs: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._metrics_source: Callable[[], Any] | None = None
+        self.timer = QTimer(self)
+        self.timer.setInterval(FLUSH_MS)
+        self.timer.timeout.connect(self.flush)
+        self.timer.start()
+        self.flushes = 0
+
+    # ------------------------------------------------------------------ wiring
+
+    def set_engine(self, engine,
+                   metrics_source: Callable[[], Any] | None = None) -> None:
+        """metrics_source: a cheap callable returning the engine's metrics sample (ring buffers)."""
+        self.engine = engine
+        self._metrics_source = metrics_source
+        if engine is not None and self._sampler is None:
+            self._sampler = threading.Thread(target=self._sample_stats, name="bridge-stats",
+                                             daemon=True)
+            self._sampler.start()
+        self.engine_changed.emit(engine)
+
+    def set_poller(self, poller) -> None:
+        """Attach a TelemetryPoller (started by the caller); replaces any previous one."""
+        for unsub in self._unsubs:
+            unsub()
+        self._unsubs.clear()
+        self.poller = poller
+        if poller is None:
+            return
+        self._unsubs.append(poller.subscribe(self._snapshots.append))
+        self._unsubs.append(poller.subscribe_alerts(self._alerts.append))
+        if poller.latest is not None:
+            self._snapshots.append(poller.latest)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, request) -> str:
+        """Enqueue in the engine (raises EngineError subclasses at once) and stream it."""
+        if self.engine is None:
+            from engine.runtime.types import NoModelLoadedError
+
+            raise NoModelLoadedError("The engine is not running yet; load a model first.")
+        handle = self.engine.submit(request)
+        stream = _Stream(handle.request_id, handle)
+        stream.thread = threading.Thread(target=self._read, args=(stream,),
+                                         name=f"stream-{handle.request_id}", daemon=True)
+        with self._lock:
+            self._streams[handle.request_id] = stream
+        stream.thread.start()
+        return handle.request_id
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.cancelled = True
+            try:
+                stream.handle.cancel()
+            except Exception as exc:  # already finished: nothing to abort  # noqa: BLE001
+                log.debug("cancel %s: %s", request_id, exc)
+
+    def active(self) -> list[str]:
+        with self._lock:
+            return [rid for rid, s in self._streams.items() if s.finish is None]
+
+    def _read(self, stream: _Stream) -> None:
+        from engine.runtime.types import FinishEvent, TokenEvent
+
+        try:
+            for event in stream.handle:
+                with self._lock:
+                    if isinstance(event, TokenEvent):
+                        stream.pending.append(event.text)
+                        stream.n_tokens += len(event.token_ids)
+                    elif isinstance(event, FinishEvent):
+                        stream.finish = event
+        except Exception as exc:  # the engine died under us: report it as this request's end  # noqa: BLE001
+            log.warning("stream %s broke: %s", stream.request_id, exc)
+            with self._lock:
+                if stream.finish is None:
+                    stream.finish = _error_finish(stream.request_id, str(exc))
+        with self._lock:
+            if stream.finish is None:
+                stream.finish = _error_finish(stream.request_id, "stream ended without a result")
+
+    # ------------------------------------------------------------------ GUI-thread drain
+
+    def flush(self) -> None:
+        """Emit what accumulated since the last tick (runs on the GUI thread)."""
+        self.flushes += 1
+        out: list[tuple[str, str]] = []
+        done: list[tuple[str, Any]] = []
+        with self._lock:
+            for rid, stream in list(self._streams.items()):
+                if stream.pending:
+                    out.append((rid, "".join(stream.pending)))
+                    stream.pending.clear()
+                if stream.finish is not None:
+                    done.append((rid, stream.finish))
+                    del self._streams[rid]
+        for rid, text in out:
+            self.tokens.emit(rid, text)
+        for rid, fin in done:
+            self.finished.emit(rid, fin)
+        if self._snapshots:
+            snap = self._snapshots.pop()
+            self._snapshots.clear()
+            self.telemetry.emit(snap)
+        while self._alerts:
+            self.alert.emit(self._alerts.popleft())
+        if self._stat_samples:
+            stats, sample = self._stat_samples.pop()
+            self._stat_samples.clear()
+            self.stats.emit(stats)
+            if sample is not None:
+                self.metrics.emit(sample)
+
+    def _sample_stats(self) -> None:
+        while not self._stop.wait(STATS_INTERVAL_S):
+            engine = self.engine
+            if engine is None:
+                continue
+            try:
+                stats = engine.stats()
+                sample = self._metrics_source() if self._metrics_source else None
+            except Exception as exc:  # a stopped engine must not kill the sampler  # noqa: BLE001
+                log.debug("stats sample failed: %s", exc)
+                continue
+            self._stat_samples.append((stats, sample))
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self, timeout: float = 2.5) -> None:
+        """Abort streams, stop sampler and poller, stop the engine: bounded by `timeout`."""
+        deadline = time.monotonic() + timeout
+        self.timer.stop()
+        self._stop.set()
+        for rid in self.active():
+            self.cancel(rid)
+        for unsub in self._unsubs:
+            unsub()
+        self._unsubs.clear()
+        if self.poller is not None:
+            try:
+                self.poller.stop()
+            except Exception as exc:  # noqa: BLE001
+                log.debug("poller stop: %s", exc)
+        if self.engine is not None:
+            try:
+                self.engine.shutdown(timeout=max(0.1, deadline - time.monotonic()))
+            except Exception as exc:  # noqa: BLE001
+                log.warning("engine shutdown: %s", exc)
+        with self._lock:
+            threads = [s.thread for s in self._streams.values() if s.thread is not None]
+        for t in threads + ([self._sampler] if self._sampler else []):
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _error_finish(request_id: str, message: str):
+    from engine.runtime.types import FinishEvent, RequestTimings, Usage
+
+    now = time.time()
+    return FinishEvent(request_id=request_id, finish_reason="error", usage=Usage(0, 0),
+                       timings=RequestTimings(arrival=now, queue_s=0.0, ttft_s=None, e2e_s=0.0,
+                                              tpot_s=None),
+                       model="", error=message)

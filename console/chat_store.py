@@ -1,0 +1,133 @@
+"""Conversations as plain data, saved as JSON under state_dir()/conversations; Markdown export.
+
+No Qt here: the chat page edits these objects and calls save()."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.paths import state_dir
+
+
+@dataclass
+class Message:
+    role: str  # "user" | "assistant" | "system"
+    content: str
+    model: str | None = None
+    stats: dict | None = None  # ttft_s, tokens_per_s, prompt_tokens, completion_tokens, finish
+
+
+@dataclass
+class Pane:
+    """One side of the conversation: single chat has one pane, A/B has two."""
+
+    model: str | None = None
+    messages: list[Message] = field(default_factory=list)
+
+    def history(self) -> list[dict]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+
+@dataclass
+class Conversation:
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    title: str = "New chat"
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    system_prompt: str = ""
+    params: dict = field(default_factory=dict)
+    panes: list[Pane] = field(default_factory=lambda: [Pane()])
+
+    @property
+    def empty(self) -> bool:
+        return not any(p.messages for p in self.panes)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Conversation:
+        panes = [Pane(p.get("model"), [Message(**m) for m in p.get("messages", [])])
+                 for p in data.get("panes", [])] or [Pane()]
+        return cls(id=data["id"], title=data.get("title", "Chat"),
+                   created=data.get("created", time.time()),
+                   updated=data.get("updated", time.time()),
+                   system_prompt=data.get("system_prompt", ""), params=data.get("params", {}),
+                   panes=panes)
+
+    def to_markdown(self) -> str:
+        lines = [f"# {self.title}", "",
+                 f"_Saved {time.strftime('%Y-%m-%d %H:%M', time.localtime(self.updated))}_", ""]
+        if self.system_prompt:
+            lines += ["**System:** " + self.system_prompt, ""]
+        for i, pane in enumerate(self.panes):
+            if len(self.panes) > 1:
+                lines += [f"## {'AB'[i] if i < 2 else i + 1}: {pane.model or 'default model'}", ""]
+            for m in pane.messages:
+                who = "You" if m.role == "user" else (m.model or "Assistant")
+                lines += [f"**{who}:**", "", m.content, ""]
+                if m.stats:
+                    lines += [f"> {format_stats(m.stats)}", ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def format_stats(stats: dict) -> str:
+    parts = []
+    if stats.get("ttft_s") is not None:
+        parts.append(f"TTFT {stats['ttft_s'] * 1000:.0f} ms")
+    if stats.get("tokens_per_s") is not None:
+        parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
+    if stats.get("prompt_tokens") is not None:
+        parts.append(f"{stats['prompt_tokens']} prompt + {stats.get('completion_tokens', 0)} "
+                     "completion tokens")
+    if stats.get("finish"):
+        parts.append(f"finish: {stats['finish']}")
+    if stats.get("error"):
+        parts.append(f"error: {stats['error']}")
+    return " · ".join(parts)
+
+
+class ChatStore:
+    def __init__(self, root: Path | None = None):
+        self.root = root or state_dir() / "conversations"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, conv_id: str) -> Path:
+        return self.root / f"{conv_id}.json"
+
+    def save(self, conv: Conversation) -> Path:
+        conv.updated = time.time()
+        path = self.path(conv.id)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(conv.to_json(), indent=1, ensure_ascii=False))
+        tmp.replace(path)  # atomic: a crash never leaves half a conversation
+        return path
+
+    def load(self, conv_id: str) -> Conversation:
+        return Conversation.from_json(json.loads(self.path(conv_id).read_text()))
+
+    def list(self) -> list[Conversation]:
+        out = []
+        for p in self.root.glob("*.json"):
+            try:
+                out.append(Conversation.from_json(json.loads(p.read_text())))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a damaged file must not hide the others
+        return sorted(out, key=lambda c: c.updated, reverse=True)
+
+    def delete(self, conv_id: str) -> None:
+        self.path(conv_id).unlink(missing_ok=True)
+
+
+def export(conv: Conversation, path: str | Path) -> Path:
+    """Markdown for .md, JSON otherwise."""
+    path = Path(path)
+    if path.suffix.lower() in (".md", ".markdown"):
+        path.write_text(conv.to_markdown())
+    else:
+        path.write_text(json.dumps(conv.to_json(), indent=1, ensure_ascii=False))
+    return path

@@ -1,0 +1,50 @@
+"""Everything pages share: settings, the bridge, the engine host, telemetry control."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from PySide6.QtCore import QObject, Signal
+
+from console.bridge import EngineBridge
+from console.engine_host import EngineHost
+from console.telemetry_control import TelemetryControl
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleContext(QObject):
+    server_state_changed = Signal(str, str)  # lamp state, text (the Server page emits it)
+
+    def __init__(self, settings, parent=None):
+        super().__init__(parent)
+        self.settings = settings
+        self.bridge = EngineBridge(self)
+        self.engine_host = EngineHost(self.bridge, self)
+        self.telemetry = TelemetryControl(self.bridge, engine_stats=self._engine_stats, parent=self)
+        self._shut = False
+
+    def _engine_stats(self):
+        engine = self.bridge.engine
+        return engine.stats() if engine is not None else None
+
+    @property
+    def closed(self) -> bool:
+        return self._shut
+
+    def shutdown(self, timeout: float = 2.5) -> float:
+        """Stop loads, streams, telemetry and the engine; returns the seconds it took."""
+        if self._shut:
+            return 0.0
+        self._shut = True
+        t0 = time.monotonic()
+        self.engine_host.shutdown()
+        self.bridge.shutdown(timeout)
+        elapsed = time.monotonic() - t0
+        lingering = [t.name for t in threading.enumerate()
+                     if t.is_alive() and not t.daemon and t is not threading.main_thread()]
+        if lingering:
+            log.warning("threads still running after shutdown: %s", lingering)
+        return elapsed

@@ -1,0 +1,222 @@
+"""Main window: sidebar of pages, stacked page area, status bar, shortcuts, About box."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import platform
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QWidget,
+)
+
+from console.pages import PAGES
+from console.pages.base import Page
+from console.theme import THEME_NAMES, app_icon, apply_theme
+from console.widgets.basic import Badge, Lamp
+
+log = logging.getLogger(__name__)
+
+
+class MainWindow(QMainWindow):
+    closed = Signal()
+
+    def __init__(self, ctx, parent=None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.setWindowTitle("NPU Console")
+        self.setWindowIcon(app_icon())
+        self.resize(1280, 820)
+        self.pages: list[Page] = []
+        central = QWidget()
+        lay = QHBoxLayout(central)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        self.sidebar = QListWidget()
+        self.sidebar.setObjectName("Sidebar")
+        self.sidebar.setFixedWidth(168)
+        self.sidebar.setFocusPolicy(Qt.NoFocus)
+        self.stack = QStackedWidget()
+        lay.addWidget(self.sidebar)
+        lay.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+        for module, cls in PAGES:
+            self.add_page(getattr(importlib.import_module(module), cls)(ctx))
+        self.sidebar.currentRowChanged.connect(self._switch)
+        self._build_status_bar()
+        self._build_menu()
+        self._restore()
+        self._closing = False
+
+    # ------------------------------------------------------------------ pages
+
+    def add_page(self, page: Page) -> None:
+        """Extension point for later pages (Quantize, Benchmark, Server)."""
+        self.pages.append(page)
+        self.stack.addWidget(page)
+        item = QListWidgetItem(f"{page.icon}   {page.title}")
+        item.setData(Qt.UserRole, page.page_id)
+        self.sidebar.addItem(item)
+        n = len(self.pages)
+        if n <= 9:
+            action = QAction(self)
+            action.setShortcut(QKeySequence(f"Ctrl+{n}"))
+            action.triggered.connect(lambda _c=False, i=n - 1: self.show_page(i))
+            self.addAction(action)
+
+    def page(self, page_id: str) -> Page:
+        return next(p for p in self.pages if p.page_id == page_id)
+
+    def show_page(self, index_or_id) -> None:
+        index = index_or_id if isinstance(index_or_id, int) else [
+            p.page_id for p in self.pages].index(index_or_id)
+        self.sidebar.setCurrentRow(index)
+
+    def _switch(self, row: int) -> None:
+        if row < 0:
+            return
+        old = self.stack.currentWidget()
+        if isinstance(old, Page) and old is not self.pages[row]:
+            old.deactivated()
+        self.stack.setCurrentIndex(row)
+        self.pages[row].activated()
+        self.ctx.settings.setValue("window/page", self.pages[row].page_id)
+
+    # ------------------------------------------------------------------ status bar
+
+    def _build_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.device_label = QLabel("device: …")
+        self.model_label = QLabel("no model")
+        self.model_badge = Badge("", "info")
+        self.engine_label = QLabel("engine: not started")
+        self.server_lamp = Lamp("off")
+        self.server_label = QLabel("server off")
+        self.queue_label = QLabel("queue 0")
+        for w in (self.device_label, self.model_label, self.model_badge, self.engine_label):
+            bar.addWidget(w)
+        bar.addPermanentWidget(self.queue_label)
+        bar.addPermanentWidget(self.server_lamp)
+        bar.addPermanentWidget(self.server_label)
+        self.ctx.bridge.stats.connect(self._on_stats)
+        self.ctx.engine_host.models_changed.connect(self._on_models)
+        self.ctx.engine_host.device_changed.connect(
+            lambda text: self.device_label.setText(f"device: {text}"))
+        self.ctx.server_state_changed.connect(self.set_server_state)
+        host = self.ctx.engine_host
+        host.engine_failed.connect(lambda msg: self.engine_label.setText(f"engine: failed ({msg})"))
+        host.engine_starting.connect(lambda: self.engine_label.setText("engine: starting"))
+        host.engine_ready.connect(lambda _e: self.engine_label.setText("engine: idle"))
+        self.server_lamp.set_state("off", "The HTTP API server is not running")
+
+    def _on_stats(self, stats) -> None:
+        state = stats.state if not stats.loading else f"loading {stats.loading}"
+        self.engine_label.setText(f"engine: {state}")
+        self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}")
+
+    def _on_models(self, models) -> None:
+        if not models:
+            self.model_label.setText("no model")
+            self.model_badge.set("", "none")
+            return
+        m = models[0]
+        more = f" (+{len(models) - 1})" if len(models) > 1 else ""
+        self.model_label.setText(f"model: {m.name} · {m.dtype}{more}")
+        self.model_badge.set("INT8" if m.quantization else "", "info")
+        self.model_badge.setToolTip(m.quantization or "")
+
+    def set_server_state(self, state: str, text: str) -> None:
+        """state: on / off / busy / error (the Server page of part 2 drives this)."""
+        self.server_lamp.set_state(state, text)
+        self.server_label.setText(text)
+
+    # ------------------------------------------------------------------ menu, shortcuts
+
+    def _build_menu(self) -> None:
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        quit_action = file_menu.addAction("Quit")
+        quit_action.setShortcut(QKeySequence.Quit)
+        quit_action.triggered.connect(self.close)
+        view = menu.addMenu("&View")
+        for name in THEME_NAMES:
+            act = view.addAction(f"{name.title()} theme")
+            act.triggered.connect(lambda _c=False, n=name: self.set_theme(n))
+        help_menu = menu.addMenu("&Help")
+        about = help_menu.addAction("About NPU Console")
+        about.triggered.connect(self.show_about)
+
+    def set_theme(self, name: str) -> None:
+        from PySide6.QtWidgets import QApplication
+
+        apply_theme(QApplication.instance(), name)
+        self.ctx.settings.setValue("ui/theme", name)
+
+    def about_text(self) -> str:
+        from PySide6 import __version__ as pyside_version
+        from PySide6.QtCore import qVersion
+
+        from engine import __version__
+
+        versions = self.ctx.engine_host.versions()
+        rows = [("NPU Console", __version__), ("Python", platform.python_version()),
+                ("Qt", qVersion()), ("PySide6", pyside_version),
+                ("torch", versions.get("torch", "not loaded yet")),
+                ("torch_npu", versions.get("torch_npu", "not installed")),
+                ("Device", versions.get("device", "…"))]
+        body = "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows)
+        return ("<h3>NPU Console</h3><p>Run, quantize, benchmark and serve LLMs on Ascend NPUs, "
+                f"NVIDIA GPUs and CPUs.</p><table>{body}</table>")
+
+    def show_about(self) -> QMessageBox:
+        box = QMessageBox(self)
+        box.setWindowTitle("About NPU Console")
+        box.setIconPixmap(app_icon().pixmap(64, 64))
+        box.setTextFormat(Qt.RichText)
+        box.setText(self.about_text())
+        box.open()
+        self._about = box
+        return box
+
+    # ------------------------------------------------------------------ state
+
+    def _restore(self) -> None:
+        s = self.ctx.settings
+        geometry = s.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = s.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+        page_id = s.value("window/page", "dashboard")
+        ids = [p.page_id for p in self.pages]
+        self.show_page(ids.index(page_id) if page_id in ids else 0)
+
+    def closeEvent(self, event) -> None:
+        if not self._closing:
+            self._closing = True
+            s = self.ctx.settings
+            s.setValue("window/geometry", self.saveGeometry())
+            s.setValue("window/state", self.saveState())
+            for page in self.pages:
+                try:
+                    page.shutdown()
+                except Exception:  # one page failing must not keep the engine running
+                    log.exception("page %s shutdown", page.page_id)
+            self.ctx.shutdown()
+            s.sync()
+            self.closed.emit()
+        event.accept()
+
+
+def single_shot(ms: int, fn) -> None:
+    QTimer.singleShot(ms, fn)

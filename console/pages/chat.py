@@ -1,0 +1,424 @@
+"""Chat playground: streaming replies, stop, regenerate, edit-and-resend, A/B, saved chats."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from console.chat_store import ChatStore, Conversation, Message, Pane, export
+from console.pages.base import Page
+from console.widgets.basic import card, muted, page_title
+from console.widgets.chat_view import ChatInput, Transcript
+from console.widgets.sampling_panel import SamplingPanel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Live:
+    pane: int
+    message: Message
+    bubble: object
+
+
+class ChatPage(Page):
+    page_id = "chat"
+    title = "Chat"
+    icon = "✎"
+
+    def __init__(self, ctx, parent=None):
+        super().__init__(ctx, parent)
+        self.store = ChatStore()
+        self.conv = Conversation()
+        self.live: dict[str, _Live] = {}
+        self.models: list = []
+        root = QHBoxLayout(self)
+        root.setContentsMargins(16, 12, 16, 12)
+        split = QSplitter(Qt.Horizontal)
+        split.setChildrenCollapsible(False)
+        root.addWidget(split)
+
+        # conversations
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 8, 0)
+        ll.addWidget(page_title("Chat"))
+        self.new_btn = QPushButton("New chat")
+        self.new_btn.setToolTip("Ctrl+L")
+        ll.addWidget(self.new_btn)
+        self.conv_list = QListWidget()
+        ll.addWidget(self.conv_list, 1)
+        erow = QHBoxLayout()
+        self.export_md = QPushButton("Markdown")
+        self.export_md.setToolTip("Export this conversation as Markdown")
+        self.export_json = QPushButton("JSON")
+        self.export_json.setToolTip("Export this conversation as JSON")
+        erow.addWidget(muted("Export"))
+        erow.addWidget(self.export_md)
+        erow.addWidget(self.export_json)
+        ll.addLayout(erow)
+        left.setMinimumWidth(236)
+        split.addWidget(left)
+
+        # transcript(s) + input
+        center = QWidget()
+        cl = QVBoxLayout(center)
+        cl.setContentsMargins(8, 0, 8, 0)
+        mrow = QHBoxLayout()
+        mrow.addWidget(muted("Model"))
+        self.model_a = QComboBox()
+        self.model_a.setMinimumWidth(160)
+        mrow.addWidget(self.model_a)
+        self.ab_check = QCheckBox("A/B compare with")
+        self.ab_check.setToolTip("Send every prompt to two loaded variants side by side")
+        mrow.addWidget(self.ab_check)
+        self.model_b = QComboBox()
+        self.model_b.setMinimumWidth(160)
+        self.model_b.setEnabled(False)
+        mrow.addWidget(self.model_b)
+        mrow.addStretch(1)
+        cl.addLayout(mrow)
+        self.panes_split = QSplitter(Qt.Horizontal)
+        self.transcripts = [Transcript("No model loaded yet: load one on the Models page."),
+                            Transcript("B side of the comparison.")]
+        for i, t in enumerate(self.transcripts):
+            self.panes_split.addWidget(t)
+            t.edit_requested.connect(lambda idx, pane=i: self.edit_message(pane, idx))
+        self.transcripts[1].setVisible(False)
+        cl.addWidget(self.panes_split, 1)
+        grow = QHBoxLayout()
+        grow.addWidget(muted("Context"))
+        self.ctx_gauge = QProgressBar()
+        self.ctx_gauge.setFixedHeight(10)
+        self.ctx_gauge.setTextVisible(False)
+        grow.addWidget(self.ctx_gauge, 1)
+        self.ctx_label = muted("0 / – tokens")
+        self.ctx_label.setMinimumWidth(130)
+        self.ctx_label.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        grow.addWidget(self.ctx_label)
+        cl.addLayout(grow)
+        self.input = ChatInput()
+        self.input.setPlaceholderText("Message (Ctrl+Enter to send, Esc to stop)")
+        self.input.setFixedHeight(84)
+        cl.addWidget(self.input)
+        brow = QHBoxLayout()
+        self.error_label = QLabel("")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: palette(highlight);")
+        brow.addWidget(self.error_label, 1)
+        self.regen_btn = QPushButton("Regenerate")
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setProperty("danger", True)
+        self.send_btn = QPushButton("Send")
+        self.send_btn.setProperty("primary", True)
+        for b in (self.regen_btn, self.stop_btn, self.send_btn):
+            brow.addWidget(b)
+        cl.addLayout(brow)
+        split.addWidget(center)
+
+        # settings
+        right = card()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(10, 8, 10, 8)
+        self.sampling = SamplingPanel()
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.sampling)
+        rl.addWidget(scroll)
+        right.setMinimumWidth(270)
+        split.addWidget(right)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 4)
+        split.setStretchFactor(2, 1)
+
+        self.send_btn.clicked.connect(lambda: self.send())
+        self.input.submit.connect(lambda: self.send())
+        self.stop_btn.clicked.connect(lambda: self.stop())
+        self.regen_btn.clicked.connect(lambda: self.regenerate())
+        self.new_btn.clicked.connect(lambda: self.new_chat())
+        self.ab_check.toggled.connect(self.set_ab)
+        self.conv_list.itemClicked.connect(lambda it: self.open_conversation(it.data(Qt.UserRole)))
+        self.export_md.clicked.connect(lambda: self.choose_export(".md"))
+        self.export_json.clicked.connect(lambda: self.choose_export(".json"))
+        for seq, fn in (("Ctrl+Return", lambda: self.send()), ("Ctrl+Enter", lambda: self.send()),
+                        ("Escape", self.stop), ("Ctrl+L", self.new_chat)):
+            sc = QShortcut(QKeySequence(seq), self)
+            sc.setContext(Qt.WidgetWithChildrenShortcut)
+            sc.activated.connect(fn)
+        bridge = ctx.bridge
+        bridge.tokens.connect(self.on_tokens)
+        bridge.finished.connect(self.on_finished)
+        ctx.engine_host.models_changed.connect(self.set_models)
+        self.refresh_list()
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ models
+
+    def set_models(self, models) -> None:
+        self.models = list(models)
+        names = [m.name for m in self.models]
+        for box, fallback in ((self.model_a, 0), (self.model_b, 1)):
+            cur = box.currentText()
+            box.blockSignals(True)
+            box.clear()
+            box.addItems(names)
+            if cur in names:
+                box.setCurrentText(cur)
+            elif names:
+                box.setCurrentIndex(min(fallback, len(names) - 1))
+            box.blockSignals(False)
+        self.transcripts[0].set_placeholder(
+            "Send a message to start." if names else
+            "No model loaded yet: load one on the Models page.")
+        self._update_context()
+        self._update_buttons()
+
+    def _model_info(self, name: str | None):
+        return next((m for m in self.models if m.name == name), None)
+
+    def set_ab(self, on: bool) -> None:
+        self.model_b.setEnabled(on)
+        self.transcripts[1].setVisible(on)
+        if on:
+            half = max(200, self.panes_split.width() // 2)
+            self.panes_split.setSizes([half, half])
+        if on and len(self.conv.panes) < 2:
+            # B starts from the same history as A so both sides answer the same conversation
+            self.conv.panes.append(Pane(self.model_b.currentText() or None,
+                                        [Message(**vars(m)) for m in self.conv.panes[0].messages]))
+            self._render_pane(1)
+        elif not on and len(self.conv.panes) > 1:
+            self.conv.panes = self.conv.panes[:1]
+            self.transcripts[1].clear()
+
+    # ------------------------------------------------------------------ sending
+
+    def busy(self) -> bool:
+        return bool(self.live)
+
+    def send(self, text: str | None = None) -> list[str]:
+        """Send the input box (or `text`) to every pane; returns the request ids."""
+        if self.busy():
+            return []
+        text = (self.input.toPlainText() if text is None else text).strip()
+        if not text:
+            return []
+        self.input.clear()
+        if self.conv.empty:
+            self.conv.title = text[:48] + ("…" if len(text) > 48 else "")
+        for i, pane in enumerate(self.conv.panes):
+            msg = Message("user", text)
+            pane.messages.append(msg)
+            self.transcripts[i].add(msg)
+        return self._generate()
+
+    def _generate(self) -> list[str]:
+        from engine.runtime.types import EngineError, GenerationRequest
+
+        self.error_label.setText("")
+        try:
+            params = self.sampling.sampling_params()
+        except ValueError as exc:
+            self.error_label.setText(str(exc))
+            return []
+        values = self.sampling.values()
+        self.conv.system_prompt = values["system_prompt"]
+        self.conv.params = {k: v for k, v in values.items() if k != "system_prompt"}
+        boxes = [self.model_a, self.model_b]
+        ids = []
+        for i, pane in enumerate(self.conv.panes):
+            pane.model = boxes[i].currentText() or None
+            history = pane.history()
+            if self.conv.system_prompt:
+                history = [{"role": "system", "content": self.conv.system_prompt}] + history
+            reply = Message("assistant", "", model=pane.model)
+            request = GenerationRequest(messages=history, params=params, model=pane.model)
+            try:
+                rid = self.ctx.bridge.submit(request)
+            except EngineError as exc:
+                reply.stats = {"finish": "error", "error": exc.message}
+                pane.messages.append(reply)
+                self.transcripts[i].add(reply)
+                self.error_label.setText(exc.message)
+                continue
+            pane.messages.append(reply)
+            bubble = self.transcripts[i].add(reply)
+            bubble.render(streaming=True)
+            self.live[rid] = _Live(i, reply, bubble)
+            ids.append(rid)
+        self._update_buttons()
+        self.save()
+        return ids
+
+    def on_tokens(self, rid: str, text: str) -> None:
+        live = self.live.get(rid)
+        if live is None:
+            return
+        live.message.content += text
+        live.bubble.render(streaming=True)
+
+    def on_finished(self, rid: str, fin) -> None:
+        live = self.live.pop(rid, None)
+        if live is None:
+            return
+        t = fin.timings
+        tps = None
+        if fin.usage.completion_tokens > 1 and t.ttft_s is not None and t.e2e_s > t.ttft_s:
+            tps = (fin.usage.completion_tokens - 1) / (t.e2e_s - t.ttft_s)
+        live.message.stats = {"ttft_s": t.ttft_s, "tokens_per_s": tps,
+                              "prompt_tokens": fin.usage.prompt_tokens,
+                              "completion_tokens": fin.usage.completion_tokens,
+                              "finish": fin.finish_reason, "error": fin.error}
+        live.message.model = fin.model or live.message.model
+        live.bubble.render()
+        if live.pane == 0:
+            self._last_usage = fin.usage.total_tokens
+        self._update_context()
+        self._update_buttons()
+        self.save()
+
+    def stop(self) -> None:
+        for rid in list(self.live):
+            self.ctx.bridge.cancel(rid)
+
+    def regenerate(self) -> list[str]:
+        """Drop the last reply of every pane and ask again with the same history."""
+        if self.busy() or self.conv.empty:
+            return []
+        for i, pane in enumerate(self.conv.panes):
+            if pane.messages and pane.messages[-1].role == "assistant":
+                pane.messages.pop()
+                self.transcripts[i].truncate(len(pane.messages))
+        if not self.conv.panes[0].messages or self.conv.panes[0].messages[-1].role != "user":
+            return []
+        return self._generate()
+
+    def edit_message(self, pane_index: int, message_index: int) -> None:
+        """Edit-and-resend: the message goes back to the input; it and what followed are dropped."""
+        if self.busy():
+            return
+        msg = self.conv.panes[pane_index].messages[message_index]
+        for i, pane in enumerate(self.conv.panes):
+            del pane.messages[message_index:]
+            self.transcripts[i].truncate(message_index)
+        self.input.setPlainText(msg.content)
+        self.input.setFocus()
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ conversations
+
+    def new_chat(self) -> None:
+        if self.busy():
+            self.stop()
+        self.live.clear()
+        self.conv = Conversation()
+        if self.ab_check.isChecked():
+            self.conv.panes.append(Pane(self.model_b.currentText() or None))
+        for t in self.transcripts:
+            t.clear()
+        self._last_usage = 0
+        self._update_context()
+        self._update_buttons()
+        self.input.setFocus()
+
+    def save(self) -> None:
+        if self.conv.empty:
+            return
+        try:
+            self.store.save(self.conv)
+        except OSError as exc:
+            self.error_label.setText(f"Could not save the chat: {exc}")
+            return
+        self.refresh_list()
+
+    def refresh_list(self) -> None:
+        self.conv_list.clear()
+        for conv in self.store.list():
+            item = QListWidgetItem(conv.title)
+            item.setData(Qt.UserRole, conv.id)
+            item.setToolTip(conv.title)
+            self.conv_list.addItem(item)
+            if conv.id == self.conv.id:
+                item.setSelected(True)
+
+    def open_conversation(self, conv_id: str) -> None:
+        if self.busy():
+            return
+        try:
+            self.conv = self.store.load(conv_id)
+        except (OSError, ValueError, KeyError) as exc:
+            self.error_label.setText(f"Could not open the chat: {exc}")
+            return
+        ab = len(self.conv.panes) > 1
+        self.ab_check.blockSignals(True)
+        self.ab_check.setChecked(ab)
+        self.ab_check.blockSignals(False)
+        self.model_b.setEnabled(ab)
+        self.transcripts[1].setVisible(ab)
+        if self.conv.params or self.conv.system_prompt:
+            self.sampling.apply_values({**self.conv.params,
+                                        "system_prompt": self.conv.system_prompt})
+        for i in range(2):
+            self._render_pane(i)
+
+    def _render_pane(self, i: int) -> None:
+        t = self.transcripts[i]
+        t.clear()
+        if i < len(self.conv.panes):
+            for m in self.conv.panes[i].messages:
+                t.add(m)
+
+    def choose_export(self, suffix: str) -> None:
+        dialog = QFileDialog(self, "Export conversation")
+        dialog.setAcceptMode(QFileDialog.AcceptSave)
+        dialog.setDefaultSuffix(suffix.lstrip("."))
+        dialog.setNameFilters(["Markdown (*.md)"] if suffix == ".md" else ["JSON (*.json)"])
+        dialog.selectFile(f"chat-{self.conv.id}{suffix}")
+        dialog.fileSelected.connect(lambda path: export(self.conv, path))
+        dialog.open()
+        self._dialog = dialog
+
+    # ------------------------------------------------------------------ state
+
+    _last_usage = 0
+
+    def _update_context(self) -> None:
+        info = self._model_info(self.model_a.currentText())
+        total = info.max_context if info else 0
+        used = self._last_usage
+        self.ctx_gauge.setRange(0, max(1, total))
+        self.ctx_gauge.setValue(min(used, total) if total else 0)
+        self.ctx_label.setText(f"{used:,} / {total:,} tokens" if total else f"{used:,} / – tokens")
+
+    def _update_buttons(self) -> None:
+        busy = self.busy()
+        has_model = bool(self.models)
+        self.send_btn.setEnabled(not busy and has_model)
+        self.stop_btn.setEnabled(busy)
+        self.regen_btn.setEnabled(not busy and has_model and not self.conv.empty)
+
+    def activated(self) -> None:
+        self.set_models(self.ctx.engine_host.models())
+        self.input.setFocus()
+
+    def shutdown(self) -> None:
+        self.stop()
+        self.save()

@@ -1,0 +1,252 @@
+"""Dashboard: a card per chip (or GPU, or the host CPU), device history, alerts, engine plots."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from console.pages.base import Page
+from console.widgets.basic import Banner, discard, muted, page_title
+from console.widgets.device_card import DeviceCard
+from console.widgets.engine_panel import EnginePanel
+from console.widgets.live_plot import LivePlot
+
+WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("60 min", 3600))
+METRICS = (("AI Core / util %", "util_pct", "host:cpu_pct"), ("Memory %", "mem_pct", "host:mem_pct"),
+           ("Temperature °C", "temp_c", None), ("Power W", "power_w", None))
+REDRAW_MS = 500  # 2 Hz: plots are the costliest paint on a software rasteriser
+CARD_COLUMNS = 2
+
+
+class DashboardPage(Page):
+    page_id = "dashboard"
+    title = "Dashboard"
+    icon = "▦"
+
+    def __init__(self, ctx, parent=None):
+        super().__init__(ctx, parent)
+        self.cards: dict[str, DeviceCard] = {}
+        self.banners: dict[str, Banner] = {}
+        self.dismissed: set[str] = set()
+        self.last_snapshot = None
+        root = QVBoxLayout(self)
+        root.setContentsMargins(16, 12, 16, 12)
+        head = QHBoxLayout()
+        head.addWidget(page_title("Dashboard"))
+        self.source = muted("telemetry: not started")
+        head.addWidget(self.source, 1)
+        self.window_box = QComboBox()
+        for label, seconds in WINDOWS:
+            self.window_box.addItem(label, seconds)
+        self.window_box.setToolTip("History window of every plot")
+        self.replay_btn = QPushButton("Replay capture…")
+        self.replay_btn.setToolTip("Show saved `npu-smi info` captures instead of live data")
+        self.live_btn = QPushButton("Live")
+        self.live_btn.setToolTip("Back to live telemetry")
+        head.addWidget(muted("Window"))
+        head.addWidget(self.window_box)
+        head.addWidget(self.replay_btn)
+        head.addWidget(self.live_btn)
+        root.addLayout(head)
+
+        self.banner_box = QVBoxLayout()
+        self.banner_box.setSpacing(4)
+        root.addLayout(self.banner_box)
+
+        split = QSplitter(Qt.Horizontal)
+        split.setChildrenCollapsible(False)
+        left = QWidget()
+        left_lay = QVBoxLayout(left)
+        left_lay.setContentsMargins(0, 0, 6, 0)
+        self.empty = muted("Waiting for the first telemetry sample…")
+        self.empty.setAlignment(Qt.AlignCenter)
+        left_lay.addWidget(self.empty)
+        self.cards_host = QWidget()
+        self.cards_grid = QGridLayout(self.cards_host)
+        self.cards_grid.setContentsMargins(0, 0, 0, 0)
+        self.cards_grid.setSpacing(8)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setWidget(self.cards_host)
+        left_lay.addWidget(scroll, 3)
+        hist_head = QHBoxLayout()
+        hist_head.addWidget(muted("Device history"))
+        hist_head.addStretch(1)
+        self.metric_box = QComboBox()
+        for label, key, _host_key in METRICS:
+            self.metric_box.addItem(label, key)
+        hist_head.addWidget(self.metric_box)
+        left_lay.addLayout(hist_head)
+        self.history = LivePlot("", "", capacity=3600)
+        left_lay.addWidget(self.history, 2)
+        split.addWidget(left)
+        self.engine_panel = EnginePanel()
+        split.addWidget(self.engine_panel)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setSizes([560, 560])
+        root.addWidget(split, 1)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REDRAW_MS)
+        self.timer.timeout.connect(self.redraw)
+
+        bridge = ctx.bridge
+        bridge.telemetry.connect(self.on_snapshot)
+        bridge.alert.connect(self.on_alert)
+        bridge.stats.connect(self.engine_panel.add_stats)
+        bridge.metrics.connect(self.engine_panel.add_metrics)
+        ctx.telemetry.source_changed.connect(self.on_source)
+        self.window_box.currentIndexChanged.connect(self.on_window)
+        self.metric_box.currentIndexChanged.connect(lambda _i: self._rebuild_history())
+        self.replay_btn.clicked.connect(self.choose_replay)
+        self.live_btn.clicked.connect(self.go_live)
+        saved = int(ctx.settings.value("dashboard/window_s", 300))
+        idx = max(0, next((i for i, (_l, s) in enumerate(WINDOWS) if s == saved), 1))
+        self.window_box.setCurrentIndex(idx)
+        self.on_window(idx)
+        self.on_source(ctx.telemetry.description)
+
+    # ------------------------------------------------------------------ telemetry
+
+    def on_source(self, text: str) -> None:
+        self.source.setText(f"telemetry: {text}")
+        self.live_btn.setEnabled(text.startswith("replay"))
+        for key in list(self.cards):
+            discard(self.cards.pop(key))
+        self.history.clear_series()
+        self.last_snapshot = None
+
+    def on_snapshot(self, snap) -> None:
+        self.last_snapshot = snap
+        accel = snap.accelerators
+        keys = [d.key for d in accel] if accel else (["cpu"] if snap.host else [])
+        if list(self.cards) != keys:
+            self._rebuild_cards(keys)
+        for dev in accel:
+            self.cards[dev.key].show_device(dev)
+        if not accel and snap.host is not None:
+            self.cards["cpu"].show_host(snap.host, snap.processes)
+        if snap.error is not None and not accel:
+            self.empty.setText(f"No device data: {snap.error.message}")
+            self.empty.setVisible(True)
+        else:
+            self.empty.setVisible(not keys)
+
+    def _rebuild_cards(self, keys: list[str]) -> None:
+        for card in self.cards.values():
+            discard(card)
+        self.cards.clear()
+        cols = CARD_COLUMNS if len(keys) <= 8 else 3
+        for i, key in enumerate(keys):
+            card = DeviceCard(key)
+            self.cards[key] = card
+            self.cards_grid.addWidget(card, i // cols, i % cols)
+        self.cards_grid.setRowStretch(math.ceil(len(keys) / cols), 1)
+        self._rebuild_history()
+
+    def _history_keys(self) -> list[tuple[str, str]]:
+        """(series name, poller history key) for the chosen metric."""
+        _label, metric, host_key = METRICS[self.metric_box.currentIndex()]
+        if self.cards and "cpu" not in self.cards:
+            return [(key, f"{key}:{metric}") for key in self.cards]
+        return [("host", host_key)] if host_key else []
+
+    def _rebuild_history(self) -> None:
+        self.history.clear_series()
+        keys = self._history_keys()
+        for i, (name, _key) in enumerate(keys):
+            self.history.add_series(name, i)
+        self.history.set_legend_columns(1 if len(keys) <= 4 else 4)
+        self.redraw()
+
+    def on_alert(self, alert) -> None:
+        key = f"{alert.rule}:{alert.subject}"
+        if alert.state == "cleared":
+            banner = self.banners.pop(key, None)
+            if banner is not None:
+                discard(banner)
+            self.dismissed.discard(key)
+            return
+        if key in self.dismissed:
+            return
+        level = "critical" if alert.severity in ("critical", "error") else (
+            "info" if alert.state == "event" or alert.severity == "info" else "warning")
+        text = f"{alert.subject}: {alert.message}"
+        if key in self.banners:
+            self.banners[key].update_alert(text, level)
+            return
+        banner = Banner(key, text, level)
+        banner.dismissed.connect(self._dismiss)
+        self.banners[key] = banner
+        self.banner_box.addWidget(banner)
+
+    def _dismiss(self, key: str) -> None:
+        self.dismissed.add(key)
+        banner = self.banners.pop(key, None)
+        if banner is not None:
+            discard(banner)
+
+    # ------------------------------------------------------------------ controls
+
+    def on_window(self, index: int) -> None:
+        seconds = WINDOWS[index][1]
+        self.history.window_s = seconds
+        self.engine_panel.set_window(seconds)
+        self.ctx.settings.setValue("dashboard/window_s", seconds)
+        self.redraw()
+
+    def choose_replay(self) -> None:
+        dialog = QFileDialog(self, "Replay npu-smi captures")
+        dialog.setFileMode(QFileDialog.ExistingFiles)
+        dialog.setNameFilters(["npu-smi captures (*.txt *.log)", "All files (*)"])
+        dialog.filesSelected.connect(self.start_replay)
+        dialog.open()
+        self._dialog = dialog  # keep a reference; tests find and drive it
+
+    def start_replay(self, files) -> None:
+        try:
+            self.ctx.telemetry.start_replay(files)
+        except ValueError as exc:
+            box = QMessageBox(QMessageBox.Warning, "Replay", str(exc), QMessageBox.Ok, self)
+            box.open()
+
+    def go_live(self) -> None:
+        self.ctx.telemetry.start_live()
+
+    # ------------------------------------------------------------------ drawing
+
+    def redraw(self) -> None:
+        poller = self.ctx.telemetry.poller
+        if poller is not None:
+            window = self.history.window_s
+            for name, key in self._history_keys():
+                ring = self.history.rings.get(name)
+                if ring is not None:
+                    ring.replace(*poller.history(key, window))
+        self.history.refresh()
+        self.engine_panel.refresh()
+
+    def activated(self) -> None:
+        self.timer.start()
+        self.redraw()
+
+    def deactivated(self) -> None:
+        self.timer.stop()
+
+    def shutdown(self) -> None:
+        self.timer.stop()

@@ -1,0 +1,56 @@
+"""Sampling presets (system prompt + sampling parameters) as JSON files in state_dir()/presets."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from engine.paths import state_dir
+
+DEFAULT = {"system_prompt": "", "temperature": 0.7, "top_p": 0.95, "top_k": 0, "max_tokens": 256,
+           "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+           "seed": None, "stop": []}
+BUILTIN = {
+    "Balanced": DEFAULT,
+    "Precise (greedy)": {**DEFAULT, "temperature": 0.0, "top_p": 1.0},
+    "Creative": {**DEFAULT, "temperature": 1.1, "top_p": 0.98, "top_k": 80},
+}
+
+
+def presets_dir() -> Path:
+    d = state_dir() / "presets"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _file(name: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "preset"
+    return presets_dir() / f"{slug}.json"
+
+
+def list_presets() -> dict[str, dict]:
+    out = {k: dict(v) for k, v in BUILTIN.items()}
+    for p in sorted(presets_dir().glob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+            out[data.get("name", p.stem)] = {**DEFAULT, **data.get("values", {})}
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
+
+
+def save_preset(name: str, values: dict) -> Path:
+    name = name.strip()
+    if not name:
+        raise ValueError("a preset needs a name")
+    if name in BUILTIN:
+        raise ValueError(f"'{name}' is a built-in preset; choose another name")
+    path = _file(name)
+    clean = {k: values[k] for k in DEFAULT if k in values}
+    path.write_text(json.dumps({"name": name, "values": clean}, indent=1))
+    return path
+
+
+def delete_preset(name: str) -> None:
+    _file(name).unlink(missing_ok=True)

@@ -1,0 +1,64 @@
+"""build_app(engine, settings) -> the ASGI app, the same for `npu-console serve` and the GUI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+
+from engine import __version__
+from engine.api.context import ApiContext
+from engine.api.errors import install_error_handlers
+from engine.api.metrics import ApiMetrics
+from engine.api.middleware import (
+    AdmissionMiddleware,
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    RequestLogMiddleware,
+)
+from engine.api.request_log import RequestLog
+from engine.api.routes_misc import router as misc_router
+from engine.api.routes_openai import router as openai_router
+from engine.api.settings import ApiSettings
+from engine.runtime.types import EngineClient
+
+
+def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
+              request_log: RequestLog | None = None, telemetry_poller: Any = None) -> FastAPI:
+    """The OpenAI-compatible app over `engine`.
+
+    `request_log` lets a caller (the GUI's server page) keep one log across restarts;
+    `telemetry_poller` adds device metrics to /metrics.
+    """
+    settings = settings or ApiSettings()
+    settings.check_safe()
+    ctx = ApiContext(engine=engine, settings=settings,
+                     request_log=request_log if request_log is not None
+                     else RequestLog(settings.request_log_size))
+    app = FastAPI(title="NPU Console API", version=__version__,
+                  description="OpenAI-compatible API of the NPU Console engine")
+    app.state.ctx = ctx
+    app.state.metrics = ApiMetrics(ctx, telemetry_poller)
+    install_error_handlers(app)
+    app.include_router(openai_router)
+    app.include_router(misc_router)
+    # added innermost first: CORS (outermost) answers preflights before auth, the log sees
+    # every answer including 401 and 413, auth runs before a body is read, and a
+    # full queue answers 429 before any parsing
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(AdmissionMiddleware, engine=engine)
+    if settings.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    app.add_middleware(RequestLogMiddleware, request_log=ctx.request_log,
+                       log_prompts=settings.log_prompts)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["Authorization", "Content-Type"],
+                           allow_credentials=False, max_age=600)
+    return app
+
+
+def context_of(app: FastAPI) -> ApiContext:
+    return app.state.ctx

@@ -1,0 +1,206 @@
+"""Pure ASGI middleware: request log, API-key check and body-size limit.
+
+Pure ASGI (not BaseHTTPMiddleware) so streaming responses pass through untouched and a client's
+disconnect still reaches the route.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+from engine.api.request_log import RequestInfo, RequestLog, RequestLogEntry
+
+log = logging.getLogger("engine.api")
+
+Scope = dict[str, Any]
+
+INFO_KEY = "npu_console_request_info"
+
+
+def request_info(scope_state: Any) -> RequestInfo:
+    """The RequestInfo of the current request (a fresh one if the middleware is not installed)."""
+    info = getattr(scope_state, INFO_KEY, None)
+    return info if info is not None else RequestInfo()
+
+
+async def _send_json_error(send, status: int, message: str, error_type: str, code: str | None,
+                           extra_headers: list[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps({"error": {"message": message, "type": error_type, "param": None,
+                                 "code": code}}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode()), *extra_headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class RequestLogMiddleware:
+    def __init__(self, app, request_log: RequestLog, log_prompts: bool = False):
+        self.app = app
+        self.request_log = request_log
+        self.log_prompts = log_prompts
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.time()
+        t0 = time.perf_counter()
+        info = RequestInfo()
+        scope.setdefault("state", {})[INFO_KEY] = info
+        status = {"code": 500}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            client = scope.get("client")
+            entry = RequestLogEntry(
+                time=started, method=scope.get("method", ""), route=scope.get("path", ""),
+                status=status["code"], duration_s=time.perf_counter() - t0, model=info.model,
+                prompt_tokens=info.prompt_tokens, completion_tokens=info.completion_tokens,
+                ttft_s=info.ttft_s, stream=info.stream,
+                client=f"{client[0]}:{client[1]}" if client else None,
+                finish_reason=info.finish_reason, error=info.error,
+                prompt=info.prompt if self.log_prompts else None)
+            self.request_log.add(entry)
+            if log.isEnabledFor(logging.INFO):
+                tokens = "" if entry.prompt_tokens is None else \
+                    f" {entry.prompt_tokens}+{entry.completion_tokens or 0} tok"
+                log.info("%s %s %d%s %.3fs", entry.method, entry.route, entry.status, tokens,
+                         entry.duration_s)
+                if self.log_prompts and info.prompt is not None:
+                    log.info("prompt: %s", info.prompt)
+
+
+class ApiKeyMiddleware:
+    """Bearer check on every route but /health (and CORS preflights, which carry no key)."""
+
+    OPEN_PATHS = ("/health",)
+
+    def __init__(self, app, api_key: str):
+        self.app = app
+        self._key = api_key.encode()
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if (scope["type"] != "http" or scope.get("path") in self.OPEN_PATHS
+                or scope.get("method") == "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = token.strip()
+                break
+        # compare_digest on equal-type bytes: the time taken does not leak how much matched
+        if given and hmac.compare_digest(given, self._key):
+            await self.app(scope, receive, send)
+            return
+        state = scope.get("state")
+        if isinstance(state, dict) and INFO_KEY in state:
+            state[INFO_KEY].error = "missing or invalid API key"
+        message = ("invalid API key" if given else
+                   "missing API key: send 'Authorization: Bearer <key>'")
+        await _send_json_error(send, 401, message, "authentication_error", "invalid_api_key",
+                               [(b"www-authenticate", b"Bearer")])
+
+
+class BodyLimitMiddleware:
+    """413 for a body over `limit` bytes, decided before the whole body has been read.
+
+    The body is buffered here (requests are small JSON) and replayed to the app; after the replay
+    the app's receive() goes to the connection again, so disconnects are still seen.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.limit:
+                    await self._too_large(scope, send, declared)
+                    return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its body: nothing to answer
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.limit:
+                await self._too_large(scope, send, None)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, send, declared: int | None) -> None:
+        size = f"{declared} bytes" if declared is not None else f"more than {self.limit} bytes"
+        message = f"request body too large: {size}, the limit is {self.limit} bytes"
+        state = scope.get("state")
+        if isinstance(state, dict) and INFO_KEY in state:
+            state[INFO_KEY].error = message
+        # close the connection: the rest of the body is never read
+        await _send_json_error(send, 413, message, "invalid_request_error", "body_too_large",
+                               [(b"connection", b"close")])
+
+
+class AdmissionMiddleware:
+    """Shed load cheaply: while the engine queue is full, a generation request gets its 429
+    before its body is parsed or its prompt tokenized, so a burst of excess clients costs the
+    server little and /health stays quick. The engine's own check at submit stays the
+    authority; this one only saves work."""
+
+    ROUTES = ("/v1/chat/completions", "/v1/completions", "/chat")
+
+    def __init__(self, app, engine):
+        self.app = app
+        self.engine = engine
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if (scope["type"] == "http" and scope.get("method") == "POST"
+                and scope.get("path") in self.ROUTES):
+            try:
+                stats = self.engine.stats()
+                full = stats.max_waiting > 0 and stats.waiting >= stats.max_waiting
+            except Exception:  # noqa: BLE001 - no verdict: let the route decide
+                full = False
+            if full:
+                message = (f"the engine queue is full ({stats.max_waiting} waiting requests); "
+                           "retry later")
+                state = scope.get("state")
+                if isinstance(state, dict) and INFO_KEY in state:
+                    state[INFO_KEY].error = message
+                await _send_json_error(send, 429, message, "rate_limit_error", "queue_full",
+                                       [(b"retry-after", b"1")])
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,72 @@
+"""GET /v1/models, /v1/models/{id}, /health and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from engine.api.errors import ApiError
+from engine.api.routes_openai import context
+from engine.runtime.types import ModelInfo
+
+router = APIRouter()
+
+
+def model_card(m: ModelInfo) -> dict:
+    return {
+        "id": m.name,
+        "object": "model",
+        "created": int(m.created),
+        "owned_by": "npu-console",
+        "root": m.path,
+        "architecture": m.architecture,
+        "dtype": m.dtype,
+        "quantization": m.quantization,
+        "device": m.device,
+        "max_model_len": m.max_context,
+        "num_parameters": m.num_parameters,
+        "path_kind": m.path_kind,
+    }
+
+
+@router.get("/v1/models", tags=["openai"])
+async def list_models(request: Request) -> dict:
+    return {"object": "list", "data": [model_card(m) for m in context(request).engine.models()]}
+
+
+@router.get("/v1/models/{model_id:path}", tags=["openai"])
+async def get_model(model_id: str, request: Request) -> dict:
+    for m in context(request).engine.models():
+        if m.name == model_id:
+            return model_card(m)
+    raise ApiError(404, f"model '{model_id}' not found", param="model", code="model_not_found")
+
+
+@router.get("/health", tags=["ops"])
+async def health(request: Request) -> Response:
+    """200 when a model is ready to serve; 503 while one loads, when none is loaded, or when the
+    engine has stopped. Cheap: one stats snapshot, no engine round trip."""
+    ctx = context(request)
+    try:
+        stats = ctx.engine.stats()
+    except Exception as exc:  # noqa: BLE001 - a dead engine still gets a truthful answer
+        return JSONResponse({"status": "error", "detail": str(exc)}, status_code=503)
+    body = {"status": "ok", "state": stats.state, "models": list(stats.models),
+            "running": stats.running, "waiting": stats.waiting}
+    if stats.state == "ready" and stats.models:
+        return JSONResponse(body)
+    if stats.loading:
+        body.update(status="loading", loading=stats.loading)
+    elif not stats.models:
+        body.update(status="no_model")
+    else:
+        body.update(status=stats.state)
+    if stats.last_error:
+        body["last_error"] = stats.last_error
+    return JSONResponse(body, status_code=503)
+
+
+@router.get("/metrics", tags=["ops"])
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

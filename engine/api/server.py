@@ -1,0 +1,213 @@
+"""Run the API with uvicorn on a thread of its own: used by the GUI and by `npu-console serve`.
+
+The controller binds the listening socket itself, so "port in use" is a typed error raised by
+start() (no race between a check and uvicorn's own bind, no sys.exit from inside uvicorn), and a
+port of 0 picks a free one. uvicorn runs on its own event loop in its own thread and installs no
+signal handlers there; stop() stops accepting, gives running streams a grace period, then cancels
+their engine requests so they end cleanly with [DONE] instead of being cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from engine.api.app import build_app
+from engine.api.request_log import RequestLog
+from engine.api.settings import ApiSettings
+from engine.runtime.types import EngineClient
+
+log = logging.getLogger("engine.api")
+
+
+class ServerStartError(RuntimeError):
+    """The server could not start; the message is one plain sentence for the user."""
+
+
+class PortInUseError(ServerStartError):
+    def __init__(self, host: str, port: int):
+        super().__init__(f"port {port} on {host} is already in use: stop the other server or "
+                         f"choose another port")
+        self.host = host
+        self.port = port
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServerStartError(f"cannot resolve host '{host}': {exc.strerror}") from None
+    family, socktype, proto, _, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        # as uvicorn does: a previous run's TIME_WAIT connections must not block a restart
+        # (on Linux this never lets two servers listen on one port)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(host, port) from None
+        if exc.errno == errno.EACCES:
+            raise ServerStartError(f"no permission to listen on port {port} (ports below 1024 "
+                                   f"need privileges): choose another port") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ServerStartError(f"address {host} is not an address of this machine") from None
+        raise ServerStartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (a bind attempt, not a guess)."""
+    try:
+        _bound_socket(host, port).close()
+    except PortInUseError:
+        return True
+    return False
+
+
+class _ThreadServer(uvicorn.Server):
+    def capture_signals(self):
+        # signals belong to whoever owns the process (the GUI, or serve_cmd's main thread)
+        return contextlib.nullcontext()
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+class ServerController:
+    """Start and stop the API many times over one engine; one server at a time."""
+
+    def __init__(self, engine: EngineClient, *, request_log: RequestLog | None = None,
+                 telemetry_poller: Any = None):
+        self.engine = engine
+        self.request_log = request_log if request_log is not None else RequestLog()
+        self.telemetry_poller = telemetry_poller
+        self._lock = threading.Lock()
+        self._server: _ThreadServer | None = None
+        self._thread: threading.Thread | None = None
+        self._app = None
+        self._settings: ApiSettings | None = None
+        self._port: int | None = None
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def is_running(self) -> bool:
+        t, s = self._thread, self._server
+        return bool(t and t.is_alive() and s and s.started and not s.should_exit)
+
+    @property
+    def url(self) -> str | None:
+        if self._settings is None or self._port is None or not self.is_running:
+            return None
+        return _url(self._settings.host, self._port)
+
+    @property
+    def port(self) -> int | None:
+        return self._port if self.is_running else None
+
+    @property
+    def settings(self) -> ApiSettings | None:
+        return self._settings
+
+    @property
+    def app(self):
+        return self._app
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, host: str = "127.0.0.1", port: int = 8000, *, api_key: str | None = None,
+              cors_origins: tuple[str, ...] | list[str] = (), log_level: str = "warning",
+              startup_timeout_s: float = 15.0, **settings_kw: Any) -> str:
+        """Listen on host:port (0 = any free port) and return the base URL.
+
+        Raises UnsafeSettingsError (non-loopback without a key), PortInUseError or
+        ServerStartError, each with a one-line message.
+        """
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                raise ServerStartError(f"the server is already running at {self.url}")
+            settings = ApiSettings(host=host, port=port, api_key=api_key or None,
+                                   cors_origins=tuple(cors_origins), **settings_kw)
+            settings.check_safe()
+            app = build_app(self.engine, settings, request_log=self.request_log,
+                            telemetry_poller=self.telemetry_poller)
+            sock = _bound_socket(host, port)
+            sock.listen(2048)
+            config = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=False,
+                                    lifespan="off", loop="asyncio", http="auto",
+                                    timeout_keep_alive=5, backlog=2048)
+            server = _ThreadServer(config)
+            self._error = None
+            thread = threading.Thread(target=self._run, args=(server, sock),
+                                      name=f"npu-console-api:{sock.getsockname()[1]}",
+                                      daemon=True)
+            self._server, self._thread, self._app = server, thread, app
+            self._settings = settings
+            self._port = sock.getsockname()[1]
+            thread.start()
+            deadline = time.monotonic() + startup_timeout_s
+            while not server.started and thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not server.started:
+                server.should_exit = True
+                thread.join(5)
+                sock.close()
+                reason = f": {self._error}" if self._error else ""
+                raise ServerStartError(f"the API server did not start{reason}")
+            log.info("API listening on %s", self.url)
+            return _url(host, self._port)
+
+    def _run(self, server: _ThreadServer, sock: socket.socket) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.serve(sockets=[sock]))
+        except BaseException as exc:  # noqa: BLE001 - reported through start()/stop()
+            self._error = exc
+            log.error("API server stopped with an error: %s", exc)
+        finally:
+            sock.close()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let open streams run up to `grace_s`, then cancel them; returns when
+        the port is free and the server thread has ended."""
+        with self._lock:
+            server, thread = self._server, self._thread
+            if server is None or thread is None:
+                return
+            server.should_exit = True
+            thread.join(max(0.0, grace_s))
+            if thread.is_alive():
+                cancelled = self._app.state.ctx.cancel_all()
+                log.info("grace period over: cancelled %d running request(s)", cancelled)
+                thread.join(5.0)
+            if thread.is_alive():
+                server.force_exit = True
+                thread.join(5.0)
+            if thread.is_alive():
+                log.error("API server thread did not end")
+            self._app.state.metrics.close()
+            self._server = self._thread = None
+            self._port = None

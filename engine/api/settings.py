@@ -1,0 +1,50 @@
+"""Settings of the HTTP API, and the safety rules that apply to them before anything binds."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+
+class UnsafeSettingsError(ValueError):
+    """The settings would expose the engine without protection; the message says what to add."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: treat as exposed
+
+
+def parse_origins(text: str | None) -> tuple[str, ...]:
+    """`--cors "http://a, http://b"` -> ("http://a", "http://b"); "*" stays "*"."""
+    if not text:
+        return ()
+    return tuple(o.strip() for o in text.split(",") if o.strip())
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    max_body_bytes: int = 1_000_000  # 413 above this, checked while the body arrives
+    log_prompts: bool = False  # prompts/completions go to the log only when asked for
+    request_log_size: int = 500
+    default_max_tokens: int = 256  # used when a request names no max_tokens
+    max_n: int = 8  # the most choices (n x prompts) one request may ask for
+
+    def check_safe(self) -> None:
+        """Refuse to expose the engine beyond this machine without an API key."""
+        if not is_loopback(self.host) and not self.api_key:
+            raise UnsafeSettingsError(
+                f"refusing to listen on {self.host} without an API key: pass --api-key KEY "
+                "(or bind 127.0.0.1)")
+        if self.max_body_bytes < 1024:
+            raise UnsafeSettingsError("max_body_bytes must be at least 1024")
+        if self.max_n < 1:
+            raise UnsafeSettingsError("max_n must be at least 1")

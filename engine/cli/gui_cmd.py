@@ -1,0 +1,59 @@
+"""`npu-console gui`: the desktop console (PySide6). Qt is imported only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+NO_DISPLAY = """\
+npu-console gui: no display found (DISPLAY and WAYLAND_DISPLAY are unset).
+  Run it under a virtual display:   xvfb-run npu-console gui
+  or render without a screen:       QT_QPA_PLATFORM=offscreen npu-console gui --screenshot-dir shots
+  or use the headless HTTP API:     npu-console serve"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("gui", help="open the desktop console",
+                              description="Open the desktop console (dashboard, models, chat).")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="model folder to load at start (default: the built-in demo model); "
+                        "--model '' starts with none")
+    p.add_argument("--replay", metavar="CAPTURE", nargs="+", default=[],
+                   help="show saved `npu-smi info` captures on the dashboard instead of live data")
+    p.add_argument("--screenshot-dir", metavar="DIR", default=None,
+                   help="save a PNG of every page into DIR once the model is loaded, then exit")
+    p.add_argument("--theme", choices=("dark", "light"), default=None)
+    p.set_defaults(func=run)
+
+
+def has_display(env=os.environ) -> bool:
+    if env.get("QT_QPA_PLATFORM"):
+        return True  # the user chose a platform plugin (offscreen, xcb, wayland, ...)
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.cli.main import CliError
+
+    if not has_display():
+        print(NO_DISPLAY, file=sys.stderr)
+        return 2
+    for f in args.replay:
+        if not os.path.isfile(f):
+            raise CliError(f"replay capture not found: {f}")
+    if args.model and not os.path.isdir(args.model):
+        raise CliError(f"model folder not found: {args.model}")
+    from console.app import LaunchOptions
+
+    options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme)
+    if args.screenshot_dir:
+        from console.screenshots import capture_all
+
+        paths = capture_all(options, args.screenshot_dir)
+        for p in paths:
+            print(p)
+        return 0
+    from console.app import run as run_gui
+
+    return run_gui(options)

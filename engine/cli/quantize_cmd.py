@@ -1,0 +1,91 @@
+"""`npu-console quantize`: INT8-quantize a model folder and export it (progress on stderr)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+
+def register(sub) -> None:
+    from engine.quant.config import FORMATS, METHODS, PRESETS
+
+    p = sub.add_parser("quantize", help="INT8-quantize a model and export it")
+    p.add_argument("--model", required=True, help="float model folder (Hugging Face layout)")
+    p.add_argument("--method", required=True, help=f"one of: {', '.join(METHODS)}")
+    p.add_argument("--smoothquant", type=float, default=None, metavar="ALPHA",
+                   help="SmoothQuant migration strength in [0, 1] (w8a8-* only), e.g. 0.5")
+    p.add_argument("--skip", default="", metavar="PATTERNS",
+                   help="comma-separated layer names to keep float: fnmatch (*.down_proj) or "
+                        "re:REGEX")
+    p.add_argument("--preset", default="all", help=f"layer preset: {', '.join(PRESETS)}")
+    p.add_argument("--group-size", type=int, default=0, help="w8a16 per-group scales (0 = per channel)")
+    p.add_argument("--calib", default=None, metavar="FILE",
+                   help=".txt or .jsonl ({\"text\": ...}); default: the shipped calibration set")
+    p.add_argument("--samples", type=int, default=64, help="calibration samples (default 64)")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per calibration sample")
+    p.add_argument("--format", dest="fmt", default="native", help=f"one of: {', '.join(FORMATS)}")
+    p.add_argument("--out", required=True, help="output folder (written atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--device", default="cpu", help="device to quantize on (cpu, npu, cuda)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--report", default=None, metavar="FILE",
+                   help="also evaluate float vs quantized and write a report (.md and .json)")
+    p.add_argument("--eval-data", default=None, metavar="FILE",
+                   help="held-out text for the report's perplexity (default: the calibration text)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+class _StderrProgress:
+    def __init__(self) -> None:
+        self.last = ("", -1)
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        pct = int(100 * done / max(total, 1))
+        if (stage, pct // 10) == self.last and done != total:
+            return
+        self.last = (stage, pct // 10)
+        print(f"[{time.perf_counter() - self.t0:6.1f}s] {stage}: {done}/{total}", file=sys.stderr,
+              flush=True)
+
+
+def run(args) -> int:
+    from engine.cli.errors import CliError
+    from engine.models.folder import ModelFolderError
+    from engine.models.loader import ModelLoadError
+    from engine.quant.calib import Cancelled
+    from engine.quant.config import QuantError
+    from engine.quant.job import QuantizeRequest, run_quantize
+
+    skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
+    req = QuantizeRequest(model_dir=args.model, out_dir=args.out, method=args.method,
+                          fmt=args.fmt, preset=args.preset, skip=skip,
+                          smoothquant=args.smoothquant, group_size=args.group_size,
+                          calib_file=args.calib, samples=args.samples, seq_len=args.seq_len,
+                          device=args.device, dtype=args.dtype, overwrite=args.overwrite)
+    cancel = threading.Event()
+    try:
+        result = run_quantize(req, progress=_StderrProgress(), cancel=cancel)
+    except (QuantError, ModelFolderError, ModelLoadError) as exc:
+        raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    except Cancelled:
+        raise CliError("cancelled; nothing was written") from None
+    info = result.info
+    print(f"{info.method}: {len(info.quantized)} layers int8, {len(info.skipped)} float; "
+          f"{result.float_weight_bytes / 2**20:.1f} MiB -> {result.quant_weight_bytes / 2**20:.1f}"
+          f" MiB; wrote {result.out_dir} ({result.fmt}) in {result.seconds:.1f}s", file=sys.stderr)
+    if args.report:
+        from engine.quant.report import compare_and_write
+
+        compare_and_write(args.model, [result.out_dir], args.report, data=args.eval_data,
+                          dtype=args.dtype, progress=_StderrProgress())
+        print(f"report written to {args.report}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    return 0

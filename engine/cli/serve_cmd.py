@@ -1,0 +1,126 @@
+"""`npu-console serve`: load a model and serve the OpenAI-compatible API until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from engine.cli.common import add_model_args, load_for_cli
+from engine.cli.errors import CliError
+
+API_KEY_ENV = "NPU_CONSOLE_API_KEY"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve the OpenAI-compatible HTTP API (headless)",
+                       description="Load --model and serve /v1/chat/completions, /v1/completions, "
+                                   "/v1/models, /health and /metrics until Ctrl-C or SIGTERM.")
+    add_model_args(p)
+    p.add_argument("--name", default=None, help="model id clients use (default: folder name)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs --api-key)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}, which keeps "
+                        "the key out of the process list)")
+    p.add_argument("--cors", default=None, metavar="ORIGINS",
+                   help="comma-separated origins allowed by CORS (default: CORS off)")
+    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="waiting requests beyond which clients get 429 (default 256)")
+    p.add_argument("--max-running", type=int, default=None, metavar="N",
+                   help="sequences decoded together (default: the engine's)")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000,
+                   help="largest accepted request body (413 above it)")
+    p.add_argument("--log-prompts", action="store_true",
+                   help="write prompts to the log (off by default: prompts may be private)")
+    p.add_argument("--grace", type=float, default=10.0, metavar="S",
+                   help="on stop, seconds open streams may run before they are cancelled")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
+
+
+def _check_args(args) -> None:
+    from engine.api import ApiSettings, UnsafeSettingsError
+    from engine.api.settings import parse_origins
+
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port must be between 0 and 65535, got {args.port}")
+    if args.max_queue < 1:
+        raise CliError(f"--max-queue must be at least 1, got {args.max_queue}")
+    if args.max_running is not None and args.max_running < 1:
+        raise CliError(f"--max-running must be at least 1, got {args.max_running}")
+    if args.grace < 0:
+        raise CliError("--grace must not be negative")
+    try:
+        ApiSettings(host=args.host, port=args.port, api_key=args.api_key,
+                    cors_origins=parse_origins(args.cors),
+                    max_body_bytes=args.max_body_bytes).check_safe()
+    except UnsafeSettingsError as exc:
+        raise CliError(str(exc)) from None
+
+
+def run(args) -> int:
+    import logging
+
+    from engine.api import PortInUseError, ServerController, ServerStartError, port_in_use
+    from engine.api.settings import parse_origins
+    from engine.runtime.config import EngineConfig
+    from engine.runtime.engine import LocalEngine
+    from engine.runtime.types import EngineError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    _check_args(args)
+    # fail before a long model load, not after it
+    try:
+        if args.port and port_in_use(args.host, args.port):
+            raise CliError(str(PortInUseError(args.host, args.port)))
+    except ServerStartError as exc:
+        raise CliError(str(exc)) from None
+
+    loaded = load_for_cli(args)
+    config = EngineConfig(max_waiting=args.max_queue)
+    if args.max_running:
+        config.max_running = args.max_running
+    engine = LocalEngine(config)
+    try:
+        try:
+            info = engine.add_model(loaded, name=args.name or loaded.name, default=True).result()
+        except EngineError as exc:
+            raise CliError(str(exc)) from None
+        controller = ServerController(engine)
+        try:
+            url = controller.start(args.host, args.port, api_key=args.api_key,
+                                   cors_origins=parse_origins(args.cors),
+                                   max_body_bytes=args.max_body_bytes,
+                                   log_prompts=args.log_prompts, log_level=args.log_level)
+        except ServerStartError as exc:
+            raise CliError(str(exc)) from None
+        print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "
+              f"{url}/v1  -  Ctrl-C to stop", file=sys.stderr, flush=True)
+        _wait_for_signal(controller)
+        print("stopping: letting open streams finish", file=sys.stderr, flush=True)
+        controller.stop(grace_s=args.grace)
+    finally:
+        engine.shutdown()
+    print("stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _wait_for_signal(controller) -> None:
+    stop = threading.Event()
+    previous = {}
+
+    def handler(signum, frame) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        while not stop.wait(0.5):
+            if not controller.is_running:
+                raise CliError("the API server stopped unexpectedly")
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)

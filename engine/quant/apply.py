@@ -1,0 +1,90 @@
+"""Replace a model's nn.Linear layers with QuantLinear, in place."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.quant.calib import ActStats, Cancelled, Progress
+from engine.quant.config import QuantConfig, QuantError, select_layers
+from engine.quant.qlinear import QuantLinear
+
+
+@dataclass
+class QuantInfo:
+    """What was done to a model; stored on it as `model.npu_quant` and in every export."""
+
+    method: str
+    quantized: list[str]
+    skipped: list[str]
+    smoothed: list[str] = field(default_factory=list)  # producers folded by SmoothQuant
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "quantized": self.quantized, "skipped": self.skipped,
+                "smoothed": self.smoothed, "config": self.config}
+
+
+def set_module(model: Any, name: str, new: torch.nn.Module) -> None:
+    parent_name, _, leaf = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, leaf, new)
+
+
+def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] | None = None,
+                   progress: Progress | None = None,
+                   cancel: threading.Event | None = None) -> QuantInfo:
+    """Quantize the selected layers (SmoothQuant first when configured). `stats` must come from
+    calibration when config.needs_calibration."""
+    from engine.quant.smooth import smooth_model
+
+    sel = select_layers(model, config)
+    if config.needs_calibration and not stats:
+        raise QuantError(f"{config.method} with these options needs calibration statistics")
+    if getattr(model, "npu_quant", None) is not None:
+        raise QuantError("the model is already quantized")
+    if config.group_size:
+        bad = [n for n in sel.quantize
+               if model.get_submodule(n).in_features % config.group_size]
+        if bad:
+            raise QuantError(f"in_features of {bad[0]} is not a multiple of group size "
+                             f"{config.group_size}")
+    smoothed = []
+    if config.smoothquant is not None:
+        groups = smooth_model(model, stats, config.smoothquant, set(sel.quantize))
+        if not groups:
+            raise QuantError("SmoothQuant found no norm/linear pairs to fold into in this model "
+                             "architecture; run without --smoothquant")
+        smoothed = [g.producer for g in groups]
+    total = len(sel.quantize)
+    for i, name in enumerate(sel.quantize):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        lin = model.get_submodule(name)
+        input_scale = None
+        if config.method == "w8a8-static":
+            if name not in stats:
+                raise QuantError(f"no calibration data reached {name}")
+            input_scale = max(stats[name].tensor_absmax, 1e-8) / 127.0
+        set_module(model, name, QuantLinear.from_linear(lin, config.method, config.group_size,
+                                                        input_scale))
+        if progress:
+            progress("quantize", i + 1, total)
+    info = QuantInfo(method=config.method, quantized=sel.quantize, skipped=sel.skipped,
+                     smoothed=smoothed, config=config.to_dict())
+    model.npu_quant = info
+    return info
+
+
+def quant_modules(model: Any) -> dict[str, QuantLinear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, QuantLinear)}
+
+
+def prepare_for_serving(model: Any) -> None:
+    """Pack weights for the model's device and free plain int8 copies a kernel no longer reads
+    (exports must be written before this)."""
+    for m in quant_modules(model).values():
+        m.release_plain_weight()

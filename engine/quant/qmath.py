@@ -1,0 +1,42 @@
+"""Symmetric int8 quantization arithmetic shared by every backend and exporter."""
+
+from __future__ import annotations
+
+import torch
+
+QMAX = 127  # symmetric: -127..127, so that negation never overflows and zero is exact
+_TINY = 1e-8
+
+
+def quantize_weight(weight: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) float -> int8 (N, K) and fp32 scales: (N,) per channel or (N, K/group) per group."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if group_size:
+        if k % group_size:
+            raise ValueError(f"in_features {k} is not a multiple of group size {group_size}")
+        wg = w.view(n, k // group_size, group_size)
+        scale = (wg.abs().amax(-1) / QMAX).clamp_min(_TINY)
+        q = torch.round(wg / scale[..., None]).clamp_(-QMAX, QMAX).to(torch.int8).view(n, k)
+        return q, scale
+    scale = (w.abs().amax(-1) / QMAX).clamp_min(_TINY)
+    q = torch.round(w / scale[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    return q, scale
+
+
+def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    if scale.dim() == 2 and scale.shape[1] != 1:
+        n, k = q.shape
+        groups = scale.shape[1]
+        return (q.float().view(n, groups, k // groups) * scale[..., None]).view(n, k)
+    return q.float() * scale.reshape(-1, 1)
+
+
+def per_token_scale(x: torch.Tensor) -> torch.Tensor:
+    """Per-row symmetric scale, (..., 1) fp32."""
+    return (x.detach().float().abs().amax(-1, keepdim=True) / QMAX).clamp_min(_TINY)
+
+
+def quantize_act(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """Round-half-even and saturate, as int8 values carried in a float tensor."""
+    return torch.round(x.float() / scale).clamp_(-QMAX, QMAX)

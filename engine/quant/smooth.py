@@ -1,0 +1,102 @@
+"""SmoothQuant (Xiao et al. 2023): move activation outliers into the weights before W8A8.
+
+For input channel j of the linears that share one input X:
+    s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)
+X is divided by s (folded into whatever produced X) and W's column j multiplied by s_j. The float
+model computes exactly the same function afterwards; only the int8 ranges change.
+
+Producers we can fold into, per Llama-style decoder layer:
+* input_layernorm -> q_proj, k_proj, v_proj        (norm weight /= s)
+* post_attention_layernorm -> gate_proj, up_proj   (norm weight /= s)
+* v_proj -> o_proj   only when every query head has its own value head (no GQA sharing), since
+                     o_proj's input channel j is a weighted sum of v_proj's output channel j
+* up_proj -> down_proj   (down's input is act(gate) * up, linear in up's output rows)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.quant.calib import ActStats
+
+
+@dataclass(frozen=True)
+class SmoothGroup:
+    producer: str  # module name of the norm or linear that makes the input
+    kind: str  # "norm" or "linear"
+    consumers: tuple[str, ...]
+
+
+def find_groups(model: Any) -> list[SmoothGroup]:
+    mods = dict(model.named_modules())
+    cfg = getattr(model, "config", None)
+    heads = getattr(cfg, "num_attention_heads", None)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    groups = []
+    for name, mod in mods.items():
+        if not (hasattr(mod, "self_attn") and hasattr(mod, "mlp")):
+            continue
+        attn, mlp = f"{name}.self_attn", f"{name}.mlp"
+        qkv = tuple(f"{attn}.{p}" for p in ("q_proj", "k_proj", "v_proj"))
+        if f"{name}.input_layernorm" in mods and all(isinstance(mods.get(c), torch.nn.Linear)
+                                                     for c in qkv):
+            groups.append(SmoothGroup(f"{name}.input_layernorm", "norm", qkv))
+        gu = (f"{mlp}.gate_proj", f"{mlp}.up_proj")
+        if f"{name}.post_attention_layernorm" in mods and all(
+                isinstance(mods.get(c), torch.nn.Linear) for c in gu):
+            groups.append(SmoothGroup(f"{name}.post_attention_layernorm", "norm", gu))
+        v, o = mods.get(f"{attn}.v_proj"), mods.get(f"{attn}.o_proj")
+        if (isinstance(v, torch.nn.Linear) and isinstance(o, torch.nn.Linear) and heads
+                and kv_heads == heads and v.out_features == o.in_features):
+            groups.append(SmoothGroup(f"{attn}.v_proj", "linear", (f"{attn}.o_proj",)))
+        up, down = mods.get(f"{mlp}.up_proj"), mods.get(f"{mlp}.down_proj")
+        if (isinstance(up, torch.nn.Linear) and isinstance(down, torch.nn.Linear)
+                and up.out_features == down.in_features):
+            groups.append(SmoothGroup(f"{mlp}.up_proj", "linear", (f"{mlp}.down_proj",)))
+    return groups
+
+
+def _norm_is_foldable(norm: Any) -> bool:
+    # (1 + w) parameterisations (Gemma) or weight-less norms cannot absorb a plain division
+    w = getattr(norm, "weight", None)
+    return isinstance(w, torch.nn.Parameter) and w.dim() == 1 and not type(norm).__name__.startswith(
+        "Gemma")
+
+
+@torch.no_grad()
+def smooth_model(model: Any, stats: dict[str, ActStats], alpha: float,
+                 quantized: set[str]) -> list[SmoothGroup]:
+    """Smooth every group with at least one quantized consumer; updates `stats` in place so
+    they describe the smoothed activations. Returns the groups that were smoothed."""
+    mods = dict(model.named_modules())
+    done = []
+    for g in find_groups(model):
+        if not any(c in quantized for c in g.consumers) or g.consumers[0] not in stats:
+            continue
+        producer = mods[g.producer]
+        if g.kind == "norm" and not _norm_is_foldable(producer):
+            continue
+        x_max = stats[g.consumers[0]].absmax.clamp_min(1e-5)
+        w_max = torch.stack([mods[c].weight.detach().abs().amax(0).float().cpu()
+                             for c in g.consumers]).amax(0).clamp_min(1e-5)
+        s = (x_max.pow(alpha) / w_max.pow(1 - alpha)).clamp_min(1e-5)
+        dev = producer.weight.device
+        s_dev = s.to(dev)
+        if g.kind == "norm":
+            producer.weight.div_(s_dev.to(producer.weight.dtype))
+            if getattr(producer, "bias", None) is not None:
+                producer.bias.div_(s_dev.to(producer.bias.dtype))
+        else:
+            producer.weight.div_(s_dev.to(producer.weight.dtype).unsqueeze(1))
+            if producer.bias is not None:
+                producer.bias.div_(s_dev.to(producer.bias.dtype))
+        for c in g.consumers:
+            w = mods[c].weight
+            w.mul_(s.to(w.device, w.dtype).unsqueeze(0))
+            if c in stats:
+                stats[c].absmax = stats[c].absmax / s
+        done.append(g)
+    return done

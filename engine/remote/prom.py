@@ -1,0 +1,107 @@
+"""Engine state from a server's Prometheus /metrics: vLLM, vllm-ascend, MindIE and our own names.
+
+vLLM prefixes `vllm:` (v0 named the KV gauge gpu_cache_usage_perc, v1 kv_cache_usage_perc,
+vllm-ascend has used npu_cache_usage_perc); MindIE Service uses the same names without a prefix
+and calls its KV gauge npu_cache_usage_perc (see its "service monitoring metrics" API page); we
+export `npu_console:`. Values are summed over label sets (one per model or engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIXES = ("npu_console:", "vllm:", "")
+
+RUNNING = ("num_requests_running",)
+WAITING = ("num_requests_waiting",)
+KV_USAGE = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "npu_cache_usage_perc")
+PROMPT_TOKENS = ("prompt_tokens_total",)
+GENERATION_TOKENS = ("generation_tokens_total",)
+SUCCESS = ("request_success_total",)
+FAILED = ("request_failed_total",)
+STEPS = ("engine_steps_total",)
+PREFIX_HIT_RATE = ("prefix_cache_hit_rate", "gpu_prefix_cache_hit_rate")
+PREFIX_HITS = ("prefix_cache_hits_total",)
+PREFIX_QUERIES = ("prefix_cache_queries_total",)
+PROMPT_TPS = ("avg_prompt_throughput_toks_per_s",)
+GENERATION_TPS = ("avg_generation_throughput_toks_per_s",)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What one scrape said; None where the server does not export the value."""
+
+    time: float
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None  # 0..1
+    kv_total_tokens: int | None
+    prompt_tokens: float | None  # counters
+    generation_tokens: float | None
+    finished: float | None
+    failed: float | None
+    steps: float | None
+    prefix_hit_rate: float | None
+    prefix_hits: float | None
+    prefix_queries: float | None
+    prompt_tps: float | None  # gauges some servers export themselves
+    generation_tps: float | None
+    flavour: str  # "npu_console", "vllm", "mindie" or "unknown"
+
+
+def _samples(text: str) -> tuple[dict[str, float], list[tuple[str, dict]]]:
+    sums: dict[str, float] = {}
+    labelled: list[tuple[str, dict]] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+            if s.name.endswith("cache_config_info"):
+                labelled.append((s.name, dict(s.labels)))
+    return sums, labelled
+
+
+def _pick(sums: dict[str, float], names: tuple[str, ...]) -> float | None:
+    for prefix in PREFIXES:
+        for n in names:
+            v = sums.get(prefix + n)
+            if v is not None:
+                return v
+    return None
+
+
+def _kv_total(labelled: list[tuple[str, dict]]) -> int | None:
+    # vLLM: vllm:cache_config_info{block_size="16", num_gpu_blocks="2048", ...} 1.0
+    for _, labels in labelled:
+        try:
+            blocks = labels.get("num_gpu_blocks") or labels.get("num_npu_blocks")
+            if blocks and labels.get("block_size") and blocks != "None":
+                return int(blocks) * int(labels["block_size"])
+        except ValueError:
+            continue
+    return None
+
+
+def parse_metrics(text: str, now: float) -> MetricsSnapshot:
+    sums, labelled = _samples(text)
+    names = " ".join(sums)
+    flavour = ("npu_console" if "npu_console:" in names else "vllm" if "vllm:" in names
+               else "mindie" if "num_requests_running" in sums else "unknown")
+    kv = _pick(sums, KV_USAGE)
+    if kv is not None and kv > 1.0:  # some exporters give percent, not a fraction
+        kv = kv / 100.0
+    return MetricsSnapshot(
+        time=now, running=_pick(sums, RUNNING), waiting=_pick(sums, WAITING), kv_usage=kv,
+        kv_total_tokens=_kv_total(labelled), prompt_tokens=_pick(sums, PROMPT_TOKENS),
+        generation_tokens=_pick(sums, GENERATION_TOKENS), finished=_pick(sums, SUCCESS),
+        failed=_pick(sums, FAILED), steps=_pick(sums, STEPS),
+        prefix_hit_rate=_pick(sums, PREFIX_HIT_RATE), prefix_hits=_pick(sums, PREFIX_HITS),
+        prefix_queries=_pick(sums, PREFIX_QUERIES), prompt_tps=_pick(sums, PROMPT_TPS),
+        generation_tps=_pick(sums, GENERATION_TPS), flavour=flavour)
+
+
+def rate(new: float | None, old: float | None, dt: float) -> float | None:
+    if new is None or old is None or dt <= 0:
+        return None
+    return max(0.0, (new - old) / dt)  # a counter that went back means the server restarted

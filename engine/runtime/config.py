@@ -1,0 +1,31 @@
+"""Engine settings: budgets the scheduler enforces and how big the KV cache is."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    max_running: int = 16  # sequences decoding at once (= KV slots per model)
+    max_waiting: int = 256  # bounded queue; beyond it submit raises QueueFullError
+    # tokens one step may process (decode tokens + prefill chunks); a long prompt is split into
+    # chunks of at most this so that running streams keep receiving a token every step
+    max_batched_tokens: int = 256
+    # KV rows per slot; None = the model's context, capped at `max_context_cap` so that a model
+    # advertising 32k positions does not preallocate gigabytes on CPU
+    max_model_len: int | None = None
+    max_context_cap: int = 2048
+    kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or a torch dtype name
+    prefix_caching: bool = True
+    min_prefix_tokens: int = 4  # shorter shared prefixes are not worth a copy
+    num_threads: int | None = None  # torch intra-op threads; None = see resolve_threads
+    gui_in_process: bool = False  # leave a core to the GUI thread when True
+    metrics_capacity: int = 4096  # points per ring-buffer series
+
+    def resolve_threads(self) -> int:
+        if self.num_threads:
+            return max(1, int(self.num_threads))
+        cores = os.cpu_count() or 1
+        return max(1, cores - 1) if self.gui_in_process else cores

@@ -1,0 +1,577 @@
+"""LocalEngine: the thread-safe EngineClient over an engine thread that owns every model.
+
+Callers (any thread or asyncio loop) validate and tokenize in their own thread, then hand
+commands to the engine thread through an inbox. The engine thread alone runs torch: it drains
+the inbox, lets each variant's scheduler pick the step's work, runs it, samples, detokenizes and
+pushes events to the request handles. Models load on a loader thread so nobody blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.runtime.config import EngineConfig
+from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
+from engine.runtime.handle import Job, LocalRequestHandle
+from engine.runtime.metrics import EngineMetrics, StepStats
+from engine.runtime.runner import run_step
+from engine.runtime.sampler import sample
+from engine.runtime.sequence import SeqState, Sequence
+from engine.runtime.types import (
+    EngineError,
+    EngineStats,
+    EngineStoppedError,
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    InvalidRequestError,
+    ModelInfo,
+    ModelNotFoundError,
+    NoModelLoadedError,
+    QueueFullError,
+    RequestTimings,
+    TokenEvent,
+    Usage,
+)
+from engine.runtime.validation import (
+    check_context,
+    check_prompt_source,
+    check_token_ids,
+    normalize_params,
+)
+from engine.runtime.variant import Variant, build_variant
+
+log = logging.getLogger(__name__)
+
+
+class LoadCancelled(EngineError):
+    pass
+
+
+def _render_chat(tokenizer: Any, messages: list[dict]) -> str:
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    # models without a template (base models such as stories260K): a plain transcript
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(lines) + "\nAssistant:"
+
+
+class LocalEngine:
+    """In-process engine. Implements engine.runtime.types.EngineClient."""
+
+    def __init__(self, config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self.metrics = EngineMetrics(self.config.metrics_capacity)
+        self._lock = threading.Condition()
+        self._inbox: deque[tuple] = deque()
+        self._variants: dict[str, Variant] = {}  # name -> variant, replaced whole under _lock
+        self._draining: list[Variant] = []  # swapped-out variants finishing their requests
+        self._default: str | None = None
+        self._handles: dict[str, LocalRequestHandle] = {}
+        self._num_waiting = 0  # accepted, not yet admitted (all variants)
+        self._num_running = 0
+        self._kv_used = 0
+        self._loading: list[str] = []
+        self._listeners: list[Callable[[StepStats], None]] = []
+        self._stopping = False
+        self._stopped = False
+        self._crashed: str | None = None
+        self._finished_since_stats: list[FinishEvent] = []  # engine thread only
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="npu-console-engine",
+                                        daemon=True)
+        self._thread.start()
+
+    # ================================================================ client API (any thread)
+    def submit(self, request: GenerationRequest) -> LocalRequestHandle:
+        if self._stopping:
+            raise EngineStoppedError("the engine is shut down")
+        check_prompt_source(request)
+        params = normalize_params(request.params)
+        variant = self._resolve(request.model)
+        ids = self._tokenize(variant, request)
+        check_token_ids(ids, variant.vocab_size)
+        check_context(len(ids), params.max_tokens, variant.max_len)
+        seq = Sequence(request_id=request.request_id, prompt_ids=ids, params=params)
+        seq.extra["detok"] = IncrementalDetokenizer(variant.tokenizer, ids)
+        seq.extra["stop"] = StopStringFilter(params.stop)
+        seq.extra["stop_ids"] = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else variant.eos)
+        handle = LocalRequestHandle(seq.request_id, variant.name, self.cancel)
+        with self._lock:
+            if self._stopping:
+                raise EngineStoppedError("the engine is shut down")
+            if seq.request_id in self._handles:
+                raise InvalidRequestError(f"request id {seq.request_id!r} is already in use",
+                                          param="request_id")
+            if self._num_waiting >= self.config.max_waiting:
+                raise QueueFullError(
+                    f"the engine queue is full ({self.config.max_waiting} waiting requests); "
+                    "retry later", retry_after_s=1.0)
+            self._num_waiting += 1
+            self._handles[seq.request_id] = handle
+            self._inbox.append(("submit", seq, variant))
+            self._lock.notify()
+        return handle
+
+    def generate(self, request: GenerationRequest, timeout: float | None = None):
+        """Submit and wait: the Completion."""
+        return self.submit(request).result(timeout)
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            if request_id in self._handles:
+                self._inbox.append(("cancel", request_id))
+                self._lock.notify()
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            models = tuple(self._variants)
+            variants = list(self._variants.values())
+            loading = self._loading[0] if self._loading else None
+            waiting, running, kv_used = self._num_waiting, self._num_running, self._kv_used
+        if self._stopped or self._stopping:
+            state = "stopped"
+        elif self._crashed:
+            state = "error"
+        elif loading:
+            state = "loading"
+        elif models:
+            state = "ready"
+        else:
+            state = "idle"
+        prompt_tps, gen_tps = self.metrics.rates()
+        return EngineStats(
+            state=state, running=running, waiting=waiting,
+            max_running=self.config.max_running, max_waiting=self.config.max_waiting,
+            kv_used_tokens=kv_used,
+            kv_total_tokens=sum(v.allocator.total_tokens for v in variants),
+            prefix_hit_rate=self.metrics.prefix_hit_rate(),
+            prompt_tokens_per_s=prompt_tps, generation_tokens_per_s=gen_tps,
+            steps=self.metrics.steps, requests_finished=self.metrics.requests_finished,
+            requests_failed=self.metrics.requests_failed, models=models, loading=loading,
+            last_error=self._crashed or self.last_error)
+
+    def models(self) -> list[ModelInfo]:
+        with self._lock:
+            return [v.info for v in self._variants.values()]
+
+    @property
+    def default_model(self) -> str | None:
+        return self._default
+
+    def set_default(self, name: str) -> None:
+        with self._lock:
+            if name not in self._variants:
+                raise ModelNotFoundError(f"no loaded model named {name!r}", param="model")
+            self._default = name
+
+    def add_listener(self, callback: Callable[[StepStats], None]) -> Callable[[], None]:
+        """Call `callback(StepStats)` on the engine thread after every step; keep it short.
+        Returns a function that removes the listener."""
+        with self._lock:
+            self._listeners = self._listeners + [callback]
+
+        def remove() -> None:
+            with self._lock:
+                self._listeners = [cb for cb in self._listeners if cb is not callback]
+        return remove
+
+    # ---------------------------------------------------------------- models
+    def load(self, path: str | Path, name: str | None = None, device: str = "cpu",
+             dtype: str = "float32", default: bool = False, replace: bool = False,
+             force_fallback: bool = False) -> Job:
+        """Load a model folder on a loader thread; the Job's result() is its ModelInfo."""
+        name = name or Path(path).name
+
+        def produce(job: Job):
+            from engine.models import LoadCancelled as LoaderCancelled
+            from engine.models import ModelFolderError, ModelLoadError, load_model
+
+            try:
+                return load_model(path, device=device, dtype=dtype, name=name,
+                                  progress=lambda f, what: job._report(0.75 * f, what),
+                                  cancel=job._cancelled)
+            except LoaderCancelled:
+                raise LoadCancelled(f"loading {name} was cancelled") from None
+            except (ModelFolderError, ModelLoadError) as exc:
+                raise EngineError(str(exc)) from None
+        return self._start_load(name, produce, default, replace, force_fallback)
+
+    def add_model(self, loaded: Any, name: str | None = None, default: bool = False,
+                  replace: bool = False, force_fallback: bool = False) -> Job:
+        """Serve an already loaded (e.g. quantized in memory) LoadedModel under `name`."""
+        return self._start_load(name or loaded.name, lambda job: loaded, default, replace,
+                                force_fallback)
+
+    def swap(self, name: str, path: str | Path, device: str = "cpu",
+             dtype: str = "float32") -> Job:
+        """Load `path` and put it in place of `name`; requests already on the old model finish
+        there, new ones go to the new one."""
+        return self.load(path, name=name, device=device, dtype=dtype, replace=True)
+
+    def unload(self, name: str) -> Job:
+        """Remove a variant; its running and waiting requests end with an error."""
+        job = Job(f"unload {name}")
+        with self._lock:
+            if name not in self._variants:
+                raise ModelNotFoundError(f"no loaded model named {name!r}", param="model")
+            self._inbox.append(("unload", name, job))
+            self._lock.notify()
+        return job
+
+    def _start_load(self, name: str, produce: Callable[[Job], Any], default: bool,
+                    replace: bool, force_fallback: bool) -> Job:
+        if self._stopping:
+            raise EngineStoppedError("the engine is shut down")
+        job = Job(f"load {name}")
+        with self._lock:
+            if name in self._variants and not replace:
+                raise InvalidRequestError(f"a model named {name!r} is already loaded; unload it "
+                                          "or use swap", param="name")
+            if name in self._loading:
+                raise InvalidRequestError(f"{name!r} is already loading", param="name")
+            self._loading.append(name)
+
+        def work() -> None:
+            try:
+                loaded = produce(job)
+                if job.cancelled:
+                    raise LoadCancelled(f"loading {name} was cancelled")
+                job._report(0.8, "allocating the KV cache")
+                variant = build_variant(loaded, name, self.config, force_fallback=force_fallback)
+                if job.cancelled:
+                    raise LoadCancelled(f"loading {name} was cancelled")
+                with self._lock:
+                    self._inbox.append(("add", variant, job, default, replace))
+                    self._lock.notify()
+            except BaseException as exc:  # noqa: BLE001 - reported through the job
+                with self._lock:
+                    if name in self._loading:
+                        self._loading.remove(name)
+                err = exc if isinstance(exc, EngineError) else EngineError(
+                    f"could not load {name}: {exc}")
+                self.last_error = err.message
+                job._finish(error=err)
+
+        threading.Thread(target=work, name=f"load-{name}", daemon=True).start()
+        return job
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # ================================================================ helpers (caller thread)
+    def _resolve(self, model: str | None) -> Variant:
+        with self._lock:
+            name = model or self._default
+            if name is None or not self._variants:
+                if self._loading:
+                    raise NoModelLoadedError(f"model {self._loading[0]!r} is still loading")
+                raise NoModelLoadedError("no model is loaded")
+            variant = self._variants.get(name)
+        if variant is None:
+            raise ModelNotFoundError(
+                f"model {name!r} is not loaded (loaded: {', '.join(self._variants) or 'none'})",
+                param="model")
+        return variant
+
+    def _tokenize(self, variant: Variant, req: GenerationRequest) -> list[int]:
+        if req.prompt_token_ids is not None:
+            return list(req.prompt_token_ids)
+        tok = variant.tokenizer
+        with variant.tokenizer_lock:  # HF fast tokenizers are not re-entrant across threads
+            if req.messages is not None:
+                try:
+                    text = _render_chat(tok, req.messages)
+                except Exception as exc:  # noqa: BLE001 - template errors are user errors
+                    raise InvalidRequestError(f"chat template failed: {exc}",
+                                              param="messages") from None
+                # the rendered template already carries the special tokens
+                return list(tok.encode(text, add_special_tokens=False))
+            if not isinstance(req.prompt, str):
+                raise InvalidRequestError("prompt must be a string", param="prompt")
+            return list(tok.encode(req.prompt, add_special_tokens=req.add_special_tokens))
+
+    # ================================================================ engine thread
+    def _loop(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.config.resolve_threads())
+        try:
+            while True:
+                busy = any(v.scheduler.has_work for v in self._all_variants())
+                with self._lock:
+                    while not self._inbox and not busy and not self._stopping:
+                        self._lock.wait()
+                    cmds = list(self._inbox)
+                    self._inbox.clear()
+                    stopping = self._stopping
+                for cmd in cmds:
+                    self._handle_command(cmd)
+                if stopping:
+                    break
+                variants = self._all_variants()
+                for v in variants:
+                    if v.scheduler.has_work:
+                        self._step_contained(v)
+                if self._finished_since_stats and variants:
+                    # requests ended outside a step (cancelled while waiting, unloaded): report
+                    # them so listeners (Prometheus, plots) see every finish
+                    self._emit_stats(variants[0], 0.0, 0, 0, 0, 0, 0)
+                self._retire_drained()
+        except BaseException as exc:
+            log.exception("engine loop crashed")
+            self._crashed = f"engine loop crashed: {exc}"
+        finally:
+            self._abort_all("the engine shut down" if not self._crashed else self._crashed)
+            self._stopped = True
+
+    def _all_variants(self) -> list[Variant]:
+        with self._lock:
+            return list(self._variants.values()) + list(self._draining)
+
+    def _handle_command(self, cmd: tuple) -> None:
+        kind = cmd[0]
+        if kind == "submit":
+            _, seq, variant = cmd
+            with self._lock:
+                alive = variant in self._variants.values() or variant in self._draining
+            if not alive:
+                self._decrement_waiting()
+                self._finish_unscheduled(seq, variant.name, "error",
+                                         f"model {variant.name!r} was unloaded")
+                return
+            variant.scheduler.add(seq)
+        elif kind == "cancel":
+            rid = cmd[1]
+            for v in self._all_variants():
+                seq = v.scheduler.find(rid)
+                if seq is not None:
+                    self._finalize(v, seq, "cancelled")
+                    return
+        elif kind == "add":
+            _, variant, job, default, replace = cmd
+            with self._lock:
+                old = self._variants.get(variant.name)
+                if old is not None and replace:
+                    old.draining = True
+                    self._draining.append(old)
+                variants = dict(self._variants)
+                variants[variant.name] = variant
+                self._variants = variants
+                if default or self._default is None or self._default not in variants:
+                    self._default = variant.name
+                if variant.name in self._loading:
+                    self._loading.remove(variant.name)
+            job._finish(variant.info)
+        elif kind == "unload":
+            _, name, job = cmd
+            with self._lock:
+                variant = self._variants.get(name)
+                variants = {k: v for k, v in self._variants.items() if k != name}
+                self._variants = variants
+                if self._default == name:
+                    self._default = next(iter(variants), None)
+            if variant is not None:
+                self._abort_variant(variant, f"model {name!r} was unloaded")
+            job._finish(name)
+
+    def _retire_drained(self) -> None:
+        if not self._draining:
+            return
+        with self._lock:
+            keep = [v for v in self._draining if v.scheduler.has_work]
+            self._draining = keep
+
+    # ---------------------------------------------------------------- one step
+    def _step_contained(self, v: Variant) -> None:
+        try:
+            self._step(v)
+        except Exception as exc:
+            log.exception("engine step failed")
+            self.last_error = f"step failed: {exc}"
+            for seq in list(v.scheduler.running):
+                self._finalize(v, seq, "error", error=f"internal error: {exc}")
+
+    def _step(self, v: Variant) -> None:
+        t0 = time.perf_counter()
+        sched = v.scheduler
+        out = sched.schedule(now=time.monotonic())
+        for seq in out.admitted:
+            self.metrics.record_admission(seq.num_cached, len(seq.prompt_ids))
+        if out.admitted:
+            self._decrement_waiting(len(out.admitted))
+        if out.empty:
+            return
+        v.runner.prepare(out.admitted)
+        items = out.decodes + out.prefills
+        ok_items, logits, failed = run_step(v.runner, items, len(out.decodes))
+        failed_seqs = set()
+        for it, msg in failed:
+            failed_seqs.add(it.seq)
+            self._finalize(v, it.seq, "error", error=msg)
+        for it in items:
+            if it.seq not in failed_seqs:
+                sched.advance(it)
+        generated = 0
+        if ok_items:
+            seqs = [it.seq for it in ok_items]
+            tokens, errors = self._sample_contained(logits, seqs)
+            for r, seq in enumerate(seqs):
+                if r in errors:
+                    self._finalize(v, seq, "error", error=errors[r])
+                    continue
+                try:
+                    self._append_token(v, seq, tokens[r])
+                except Exception as exc:  # noqa: BLE001 - e.g. a tokenizer failing on this id
+                    self._finalize(v, seq, "error", error=f"{type(exc).__name__}: {exc}")
+                generated += 1
+        self._emit_stats(v, time.perf_counter() - t0, len(items), out.num_tokens,
+                         sum(it.num_tokens for it in out.prefills), len(out.decodes), generated)
+
+    def _emit_stats(self, v: Variant, duration: float, batch: int, num_tokens: int,
+                    prefill_tokens: int, decode_tokens: int, generated: int) -> None:
+        finished, self._finished_since_stats = self._finished_since_stats, []
+        sched = v.scheduler
+        kv_used = v.allocator.used_tokens()
+        with self._lock:
+            self._num_running = sum(len(x.scheduler.running) for x in self._variants.values())
+            self._kv_used = kv_used
+            waiting = self._num_waiting
+            listeners = self._listeners
+        stats = StepStats(
+            time=time.time(), model=v.name, duration_s=duration, running=len(sched.running),
+            waiting=waiting, batch_size=batch, num_tokens=num_tokens,
+            prefill_tokens=prefill_tokens, decode_tokens=decode_tokens,
+            kv_used_tokens=kv_used, kv_total_tokens=v.allocator.total_tokens,
+            prefix_hit_rate=self.metrics.prefix_hit_rate(), finished=tuple(finished))
+        self.metrics.record_step(stats, generated)
+        for cb in listeners:
+            try:
+                cb(stats)
+            except Exception:
+                log.exception("engine listener failed")
+
+    def _sample_contained(self, logits, seqs: list[Sequence]):
+        try:
+            return sample(logits, seqs)
+        except Exception:  # noqa: BLE001 - find the row that breaks it
+            tokens, errors = [None] * len(seqs), {}
+            for r, seq in enumerate(seqs):
+                try:
+                    t, e = sample(logits[r:r + 1], [seq])
+                    tokens[r] = t[0]
+                    if e:
+                        errors[r] = e[0]
+                except Exception as exc:  # noqa: BLE001
+                    errors[r] = f"sampling failed: {type(exc).__name__}: {exc}"
+            return tokens, errors
+
+    def _append_token(self, v: Variant, seq: Sequence, tok: int) -> FinishEvent | None:
+        seq.output_ids.append(tok)
+        seq.token_times.append(time.monotonic())
+        stop_filter: StopStringFilter = seq.extra["stop"]
+        reason = None
+        if tok in seq.extra["stop_ids"]:
+            text = stop_filter.flush()
+            reason = "stop"
+            seq.stop_reason = tok if tok in seq.params.stop_token_ids else None
+        else:
+            delta = seq.extra["detok"].step(tok)
+            text, hit = stop_filter.feed(delta) if delta else ("", None)
+            if hit is not None:
+                reason = "stop"
+                seq.stop_reason = hit
+        if reason is None and len(seq.output_ids) >= seq.params.max_tokens:
+            reason = "length"
+            text += stop_filter.flush()
+        handle = self._handles.get(seq.request_id)
+        events: list[Event] = [TokenEvent(seq.request_id, text, (tok,))]
+        if reason is None:
+            if handle is not None:
+                handle._push(events)
+            return None
+        return self._finalize(v, seq, reason, pre_events=events)
+
+    def _finalize(self, v: Variant, seq: Sequence, reason: str, error: str | None = None,
+                  pre_events: list[Event] | None = None) -> FinishEvent:
+        was_waiting = seq.state is SeqState.WAITING
+        v.scheduler.finish(seq, reason)
+        v.runner.release(seq)
+        if was_waiting:
+            self._decrement_waiting()
+        seq.error = error
+        fin = self._finish_event(seq, v.name, reason, error)
+        self.metrics.record_finish(fin.timings, failed=reason == "error")
+        self._finished_since_stats.append(fin)
+        with self._lock:
+            handle = self._handles.pop(seq.request_id, None)
+        if handle is not None:
+            handle._push((pre_events or []) + [fin])
+        return fin
+
+    def _finish_event(self, seq: Sequence, model: str, reason: str,
+                      error: str | None) -> FinishEvent:
+        now = time.monotonic()
+        times = seq.token_times
+        n = len(seq.output_ids)
+        ttft = times[0] - seq.arrival_mono if times else None
+        e2e = now - seq.arrival_mono
+        tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else None
+        itl = tuple(b - a for a, b in itertools.pairwise(times))
+        queue = (seq.first_scheduled - seq.arrival_mono) if seq.first_scheduled else e2e
+        timings = RequestTimings(arrival=seq.arrival, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
+                                 tpot_s=tpot, itl_s=itl)
+        usage = Usage(len(seq.prompt_ids), n, seq.num_cached)
+        return FinishEvent(seq.request_id, reason, usage, timings, model, error=error,
+                           stop_reason=seq.stop_reason)
+
+    def _finish_unscheduled(self, seq: Sequence, model: str, reason: str, error: str) -> None:
+        fin = self._finish_event(seq, model, reason, error)
+        self.metrics.record_finish(fin.timings, failed=True)
+        self._finished_since_stats.append(fin)
+        with self._lock:
+            handle = self._handles.pop(seq.request_id, None)
+        if handle is not None:
+            handle._push([fin])
+
+    def _decrement_waiting(self, n: int = 1) -> None:
+        with self._lock:
+            self._num_waiting = max(0, self._num_waiting - n)
+
+    def _abort_variant(self, v: Variant, message: str) -> None:
+        for seq in list(v.scheduler.running) + list(v.scheduler.waiting):
+            self._finalize(v, seq, "error", error=message)
+
+    def _abort_all(self, message: str) -> None:
+        try:
+            for v in self._all_variants():
+                for seq in list(v.scheduler.running) + list(v.scheduler.waiting):
+                    self._finalize(v, seq, "cancelled", error=message)
+            with self._lock:
+                pending = list(self._inbox)
+                self._inbox.clear()
+            for cmd in pending:
+                if cmd[0] == "submit":
+                    self._finish_unscheduled(cmd[1], cmd[2].name, "cancelled", message)
+                elif cmd[0] in ("add", "unload"):
+                    cmd[2]._finish(error=EngineStoppedError(message))
+        except Exception:
+            log.exception("abort on shutdown failed")

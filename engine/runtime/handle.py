@@ -1,0 +1,217 @@
+"""Caller-side objects: the per-request event stream and the future-like model-loading Job.
+
+Both are filled by the engine (or loader) thread and read from any thread or asyncio loop. Plain
+threads block on a Condition; asyncio consumers register a waker that the producer fires with
+`loop.call_soon_threadsafe`, so nobody polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from engine.runtime.types import Completion, EngineError, Event, FinishEvent, TokenEvent
+
+log = logging.getLogger(__name__)
+
+
+class _Waiters:
+    """Thread-safe buffer with blocking and asyncio wake-ups."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._async: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+
+    def _wake(self) -> None:
+        # caller holds self._cond
+        self._cond.notify_all()
+        waiters, self._async = self._async, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:  # loop closed: its consumer is gone
+                pass
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class LocalRequestHandle(_Waiters):
+    """One request's events. Iterate once (sync or async), or call result()."""
+
+    def __init__(self, request_id: str, model: str, cancel_fn: Callable[[str], None]):
+        super().__init__()
+        self.request_id = request_id
+        self.model = model
+        self._cancel_fn = cancel_fn
+        self._buf: deque[Event] = deque()
+        self._finish: FinishEvent | None = None
+        self._text: list[str] = []
+        self._ids: list[int] = []
+        self._callbacks: list[Callable[[list[Event]], None]] = []
+
+    # ---------------------------------------------------------------- producer (engine thread)
+    def _push(self, events: list[Event]) -> None:
+        with self._cond:
+            for ev in events:
+                if isinstance(ev, TokenEvent):
+                    self._text.append(ev.text)
+                    self._ids.extend(ev.token_ids)
+                else:
+                    self._finish = ev
+            self._buf.extend(events)
+            callbacks = list(self._callbacks)
+            self._wake()
+        for cb in callbacks:
+            try:
+                cb(events)
+            except Exception:  # a consumer's bug must not stop the engine
+                log.exception("request event callback failed")
+
+    # ---------------------------------------------------------------- consumers
+    def add_callback(self, fn: Callable[[list[Event]], None]) -> None:
+        """Call `fn(events)` on the engine thread as events arrive (keep it short); events
+        already produced are delivered at once."""
+        with self._cond:
+            self._callbacks.append(fn)
+            past = list(self._buf)
+        if past:
+            fn(past)
+
+    @property
+    def done(self) -> bool:
+        return self._finish is not None
+
+    def cancel(self) -> None:
+        self._cancel_fn(self.request_id)
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            with self._cond:
+                while not self._buf:
+                    self._cond.wait()
+                ev = self._buf.popleft()
+            yield ev
+            if isinstance(ev, FinishEvent):
+                return
+
+    async def _aiter(self) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._buf:
+                    ev = self._buf.popleft()
+                    fut = None
+                else:
+                    ev = None
+                    fut = loop.create_future()
+                    self._async.append((loop, fut))
+            if fut is not None:
+                await fut
+                continue
+            yield ev
+            if isinstance(ev, FinishEvent):
+                return
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._aiter()
+
+    def result(self, timeout: float | None = None) -> Completion:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._finish is not None, timeout):
+                raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
+            return Completion(self.request_id, "".join(self._text), tuple(self._ids),
+                              self._finish)
+
+    async def aresult(self) -> Completion:
+        async for _ in self:
+            pass
+        return self.result(0)
+
+
+class Job(_Waiters):
+    """A long operation (model load): progress callbacks, cancel, result()."""
+
+    def __init__(self, description: str):
+        super().__init__()
+        self.description = description
+        self.progress = 0.0
+        self.message = ""
+        self._cancelled = threading.Event()
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[float, str], None]] = []
+
+    def add_progress_callback(self, fn: Callable[[float, str], None]) -> None:
+        """`fn(fraction, message)`, called on the worker thread."""
+        with self._cond:
+            self._callbacks.append(fn)
+        fn(self.progress, self.message)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def done(self) -> bool:
+        return self._done
+
+    # worker side
+    def _report(self, fraction: float, message: str) -> None:
+        with self._cond:
+            self.progress, self.message = fraction, message
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            try:
+                cb(fraction, message)
+            except Exception:
+                log.exception("job progress callback failed")
+
+    def _finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        with self._cond:
+            self._result, self._error, self._done = result, error, True
+            self._wake()
+        if error is None:
+            self._report(1.0, "done")
+
+    def result(self, timeout: float | None = None) -> Any:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._done, timeout):
+                raise TimeoutError(f"{self.description} still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except EngineError as exc:
+            return exc
+        except TimeoutError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    def __await__(self):
+        return self._wait_async().__await__()
+
+    async def _wait_async(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._done:
+                    break
+                fut = loop.create_future()
+                self._async.append((loop, fut))
+            await fut
+        return self.result(0)

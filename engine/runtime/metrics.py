@@ -1,0 +1,145 @@
+"""Engine metrics: ring buffers for plots and windowed rates for stats.
+
+The engine thread appends; readers (GUI plots, the API, tests) call `series()`, which copies under
+a lock held only for the copy, so a slow reader never stalls a step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+SERIES = (
+    "running", "waiting", "batch_size", "tokens_per_step", "step_ms",
+    "prefill_tokens_per_s", "decode_tokens_per_s", "kv_usage", "prefix_hit_rate",
+    # per finished request
+    "ttft_s", "tpot_s", "e2e_s", "queue_s",
+)
+
+
+class RingBuffer:
+    """Preallocated (time, value) ring; appends are O(1), no reallocation ever."""
+
+    def __init__(self, capacity: int):
+        self.t = np.zeros(capacity, dtype=np.float64)
+        self.v = np.zeros(capacity, dtype=np.float64)
+        self.capacity = capacity
+        self.count = 0  # total appended
+
+    def append(self, t: float, v: float) -> None:
+        i = self.count % self.capacity
+        self.t[i] = t
+        self.v[i] = v
+        self.count += 1
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        n = min(self.count, self.capacity)
+        if self.count <= self.capacity:
+            return self.t[:n].copy(), self.v[:n].copy()
+        i = self.count % self.capacity
+        return np.concatenate((self.t[i:], self.t[:i])), np.concatenate((self.v[i:], self.v[:i]))
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one engine step did; passed to engine listeners."""
+
+    time: float  # time.time() at the end of the step
+    model: str
+    duration_s: float
+    running: int
+    waiting: int
+    batch_size: int  # sequences in the step
+    num_tokens: int  # tokens through the model
+    prefill_tokens: int
+    decode_tokens: int
+    kv_used_tokens: int
+    kv_total_tokens: int
+    prefix_hit_rate: float
+    finished: tuple = ()  # FinishEvents of requests that ended in this step
+
+
+class EngineMetrics:
+    def __init__(self, capacity: int = 4096, window_s: float = 10.0):
+        self._lock = threading.Lock()
+        self._rings = {name: RingBuffer(capacity) for name in SERIES}
+        self.window_s = window_s
+        self._rate = deque()  # (monotonic, prompt_tokens, generated_tokens)
+        self._prefix = deque(maxlen=256)  # (cached, prompt) per admitted request
+        self.steps = 0
+        self.requests_finished = 0
+        self.requests_failed = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # ---------------------------------------------------------------- writers (engine thread)
+    def record(self, name: str, value: float, t: float | None = None) -> None:
+        with self._lock:
+            self._rings[name].append(time.time() if t is None else t, float(value))
+
+    def record_admission(self, cached: int, prompt: int) -> None:
+        with self._lock:
+            self._prefix.append((cached, prompt))
+
+    def record_step(self, s: StepStats, generated: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.steps += 1
+            self.prompt_tokens_total += s.prefill_tokens
+            self.generation_tokens_total += generated
+            self._rate.append((now, s.prefill_tokens, generated))
+            while self._rate and now - self._rate[0][0] > self.window_s:
+                self._rate.popleft()
+            dt = max(s.duration_s, 1e-9)
+            r = self._rings
+            for name, val in (("running", s.running), ("waiting", s.waiting),
+                              ("batch_size", s.batch_size), ("tokens_per_step", s.num_tokens),
+                              ("step_ms", s.duration_s * 1000.0),
+                              ("prefill_tokens_per_s", s.prefill_tokens / dt),
+                              ("decode_tokens_per_s", generated / dt),
+                              ("kv_usage", s.kv_used_tokens / max(1, s.kv_total_tokens)),
+                              ("prefix_hit_rate", s.prefix_hit_rate)):
+                r[name].append(s.time, float(val))
+
+    def record_finish(self, timings, failed: bool) -> None:
+        with self._lock:
+            self.requests_finished += 1
+            if failed:
+                self.requests_failed += 1
+            t = time.time()
+            for name, val in (("ttft_s", timings.ttft_s), ("tpot_s", timings.tpot_s),
+                              ("e2e_s", timings.e2e_s), ("queue_s", timings.queue_s)):
+                if val is not None:
+                    self._rings[name].append(t, val)
+
+    # ---------------------------------------------------------------- readers (any thread)
+    def series(self, name: str, seconds: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of (time.time() stamps, values), the last `seconds` only if given."""
+        if name not in self._rings:
+            raise KeyError(f"unknown series {name!r}; known: {', '.join(SERIES)}")
+        with self._lock:
+            t, v = self._rings[name].ordered()
+        if seconds is not None and len(t):
+            keep = t >= time.time() - seconds
+            t, v = t[keep], v[keep]
+        return t, v
+
+    def prefix_hit_rate(self) -> float:
+        with self._lock:
+            prompt = sum(p for _, p in self._prefix)
+            cached = sum(c for c, _ in self._prefix)
+        return cached / prompt if prompt else 0.0
+
+    def rates(self) -> tuple[float, float]:
+        """(prompt tokens/s, generated tokens/s) over the recent window."""
+        now = time.monotonic()
+        with self._lock:
+            items = [x for x in self._rate if now - x[0] <= self.window_s]
+        if not items:
+            return 0.0, 0.0
+        span = max(now - items[0][0], 0.25)  # one fresh step alone is not a rate
+        return sum(x[1] for x in items) / span, sum(x[2] for x in items) / span

@@ -1,0 +1,299 @@
+"""Model runners: turn one scheduled step into logits for the sequences that sample.
+
+`BatchedRunner` runs Llama-shaped decoders (Llama, Qwen2, Qwen3, Mistral) with our own forward
+over the Hugging Face module's submodules: all tokens of the step (decode tokens and prefill
+chunks) go through the linear layers as one flat batch, so the weights are read once per step;
+attention is done per group (all decodes together with a length mask, each prefill chunk with a
+causal mask) against the preallocated slot KV cache. Projections and MLPs are called as modules,
+never through `.weight`, so quantized replacements of nn.Linear work unchanged.
+
+`FallbackRunner` serves any other causal LM through its own HF forward and cache, one sequence
+at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from engine.runtime.kv_cache import KVCache
+from engine.runtime.scheduler import ScheduledSeq
+from engine.runtime.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+BATCHED_MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def supports_batched(model: Any, max_len: int) -> tuple[bool, str]:
+    """Whether BatchedRunner can run `model`, and why not."""
+    cfg = model.config
+    mtype = getattr(cfg, "model_type", "")
+    if mtype not in BATCHED_MODEL_TYPES:
+        return False, f"model type {mtype!r} has no batched path"
+    inner = getattr(model, "model", None)
+    for attr in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, attr):
+            return False, f"model has no model.{attr}"
+    if not hasattr(model, "lm_head"):
+        return False, "model has no lm_head"
+    window = getattr(cfg, "sliding_window", None)
+    if window and getattr(cfg, "use_sliding_window", True) and window < max_len:
+        return False, f"sliding-window attention ({window}) is not in the batched path"
+    return True, ""
+
+
+def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype, device) -> torch.dtype:
+    """"auto": float32 on CPU (CPU matmuls in bf16/fp16 are several times slower than in fp32
+    at attention's small shapes, and the cache is small next to host memory), the model's dtype
+    on accelerators."""
+    if kv_dtype != "auto":
+        return getattr(torch, kv_dtype)
+    return torch.float32 if torch.device(device).type == "cpu" else model_dtype
+
+
+class BatchedRunner:
+    path_kind = "batched"
+
+    def __init__(self, model: Any, num_slots: int, max_len: int, kv_dtype: str = "auto"):
+        self.model = model
+        cfg = model.config
+        self.inner = model.model
+        self.layers = list(self.inner.layers)
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        attn0 = self.layers[0].self_attn
+        self.scaling = getattr(attn0, "scaling", self.head_dim ** -0.5)
+        self.has_qk_norm = hasattr(attn0, "q_norm") and hasattr(attn0, "k_norm")
+        self.dtype = self.inner.embed_tokens.weight.dtype
+        self.device = self.inner.embed_tokens.weight.device
+        self.max_len = max_len
+        self.kv = KVCache(len(self.layers), num_slots, self.num_kv_heads, max_len, self.head_dim,
+                          resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
+        # test-only fault injection: called with each scheduled Sequence while inputs are built
+        self.fault_hook: Callable[[Sequence], None] | None = None
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes
+
+    def prepare(self, admitted: list[Sequence]) -> None:
+        for seq in admitted:
+            if seq.copy_from is not None:
+                src, n = seq.copy_from
+                self.kv.copy_rows(src, seq.slot, n)
+                seq.copy_from = None
+
+    def release(self, seq: Sequence) -> None:
+        pass  # rows stay in the slot for prefix reuse
+
+    @torch.inference_mode()
+    def execute(self, items: list[ScheduledSeq], decode_count: int) -> torch.Tensor:
+        """Run the step; items[:decode_count] are single-token decodes, the rest prefill chunks.
+
+        Returns float32 logits [R, vocab] for the items whose chunk ends at their last token,
+        in item order.
+        """
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        sample_rows: list[int] = []
+        for it in items:
+            seq = it.seq
+            if self.fault_hook is not None:
+                self.fault_hook(seq)
+            ids.extend(seq.token_slice(it.start, it.start + it.num_tokens))
+            pos.extend(range(it.start, it.start + it.num_tokens))
+            slots.extend([seq.slot] * it.num_tokens)
+            if it.samples:
+                sample_rows.append(len(ids) - 1)
+        dev = self.device
+        n_tok = len(ids)
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
+        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
+
+        h = self.inner.embed_tokens(ids_t)[None]  # [1, N, H]: HF modules expect a batch dim
+        cos, sin = self.inner.rotary_emb(h, pos_t[None])
+        cos = cos[0][:, None, :]  # [N, 1, hd], broadcast over heads
+        sin = sin[0][:, None, :]
+
+        # per-step attention inputs shared by all layers
+        dec = items[:decode_count]
+        dec_view = None
+        dec_mask = None
+        if dec:
+            dec_slots = [it.seq.slot for it in dec]
+            dec_len = [it.start + 1 for it in dec]
+            lmax = max(dec_len)
+            s0 = dec_slots[0]
+            contiguous = dec_slots == list(range(s0, s0 + len(dec_slots)))
+            dec_view = (s0, len(dec_slots), lmax) if contiguous else (
+                torch.tensor(dec_slots, device=dev), None, lmax)
+            lens_t = torch.tensor(dec_len, device=dev)
+            # True where a key lies beyond the sequence's length (masked out)
+            dec_mask = (torch.arange(lmax, device=dev)[None, :] >= lens_t[:, None])[:, None, None, :]
+        pre = []
+        off = decode_count
+        for it in items[decode_count:]:
+            mask = None
+            if it.start > 0:
+                q_pos = torch.arange(it.start, it.start + it.num_tokens, device=dev)
+                mask = torch.arange(it.start + it.num_tokens, device=dev)[None, :] <= q_pos[:, None]
+            pre.append((off, it.num_tokens, it.seq.slot, it.start + it.num_tokens, mask))
+            off += it.num_tokens
+
+        nh, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        groups = nh // kvh
+        kc, vc = self.kv.k, self.kv.v
+        kdt = kc.dtype
+        for li, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(n_tok, nh, hd)
+            k = attn.k_proj(x).view(n_tok, kvh, hd)
+            v = attn.v_proj(x).view(n_tok, kvh, hd)
+            if self.has_qk_norm:
+                q = attn.q_norm(q)
+                k = attn.k_norm(k)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            k_l, v_l = kc[li], vc[li]  # [slots, kvh, L, hd]
+            k_l[slot_t, :, pos_t] = k.to(kdt)
+            v_l[slot_t, :, pos_t] = v.to(kdt)
+
+            outs = []
+            if dec:
+                a, b, lmax = dec_view
+                if b is not None:
+                    kk, vv = k_l[a:a + b, :, :lmax], v_l[a:a + b, :, :lmax]
+                else:  # gather only the first lmax rows of the scattered slots
+                    kk = k_l[:, :, :lmax].index_select(0, a)
+                    vv = v_l[:, :, :lmax].index_select(0, a)
+                # single-query attention as two batched matmuls with the query heads of a KV
+                # head grouped together (GQA without repeating K/V); on CPU this is several
+                # times faster than SDPA's kernel for one query row
+                qd = q[:decode_count].to(kdt).view(decode_count, kvh, groups, hd)
+                scores = torch.matmul(qd, kk.transpose(-1, -2)) * self.scaling
+                scores = scores.masked_fill(dec_mask, float("-inf"))
+                o = torch.matmul(torch.softmax(scores, dim=-1), vv)
+                outs.append(o.reshape(decode_count, nh * hd))
+            for (o0, n, slot, ctx, mask) in pre:
+                qp = q[o0:o0 + n].to(kdt).transpose(0, 1)[None]  # [1, nh, n, hd]
+                kk = k_l[slot:slot + 1, :, :ctx]
+                vv = v_l[slot:slot + 1, :, :ctx]
+                o = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=mask,
+                                                   is_causal=mask is None, scale=self.scaling,
+                                                   enable_gqa=True)
+                outs.append(o[0].transpose(0, 1).reshape(n, nh * hd))
+            o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+            h = h + attn.o_proj(o.to(h.dtype)[None])
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+
+        if not sample_rows:
+            return torch.empty(0, 0)
+        rows = torch.tensor(sample_rows, device=dev)
+        last = self.inner.norm(h[0].index_select(0, rows))
+        return self.model.lm_head(last).float()
+
+
+class FallbackRunner:
+    """Any causal LM through its own forward and cache; sequences run one after another."""
+
+    path_kind = "fallback"
+
+    def __init__(self, model: Any, num_slots: int, max_len: int):
+        self.model = model
+        self.max_len = max_len
+        self.device = next(model.parameters()).device
+        self.fault_hook: Callable[[Sequence], None] | None = None
+
+    @property
+    def kv_bytes(self) -> int:
+        return 0  # grows per request inside HF's cache; not preallocated
+
+    def prepare(self, admitted: list[Sequence]) -> None:
+        pass
+
+    def release(self, seq: Sequence) -> None:
+        seq.extra.pop("hf_cache", None)
+
+    @torch.inference_mode()
+    def execute(self, items: list[ScheduledSeq], decode_count: int) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        rows = []
+        for it in items:
+            seq = it.seq
+            if self.fault_hook is not None:
+                self.fault_hook(seq)
+            cache = seq.extra.get("hf_cache")
+            if cache is None:
+                cache = seq.extra["hf_cache"] = DynamicCache()
+            ids = torch.tensor([seq.token_slice(it.start, it.start + it.num_tokens)],
+                               device=self.device)
+            pos = torch.arange(it.start, it.start + it.num_tokens, device=self.device)[None]
+            out = self.model(input_ids=ids, past_key_values=cache, position_ids=pos,
+                             use_cache=True)
+            if it.samples:
+                rows.append(out.logits[0, -1].float())
+        return torch.stack(rows) if rows else torch.empty(0, 0)
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_step(runner, items: list[ScheduledSeq], decode_count: int):
+    """Run a step, containing failures to the sequences they concern.
+
+    Returns (sampling items that succeeded, their logits [R, V], [(failed item, message)]).
+    When the batched step raises, each item is re-run alone: rewriting the same KV rows is
+    idempotent, so the healthy ones complete and only the culprit fails.
+    """
+    if isinstance(runner, FallbackRunner):
+        ok, rows, failed = [], [], []
+        for it in items:
+            try:
+                logits = runner.execute([it], 0)
+            except Exception as exc:  # noqa: BLE001 - contained to this request
+                failed.append((it, _error_text(exc)))
+                continue
+            if it.samples:
+                ok.append(it)
+                rows.append(logits[0])
+        return ok, (torch.stack(rows) if rows else None), failed
+    try:
+        logits = runner.execute(items, decode_count)
+        return [it for it in items if it.samples], logits, []
+    except Exception:  # isolate the culprit below
+        log.debug("batched step failed; re-running its sequences one by one", exc_info=True)
+    ok, rows, failed = [], [], []
+    for i, it in enumerate(items):
+        try:
+            logits = runner.execute([it], 1 if i < decode_count else 0)
+        except Exception as exc:  # noqa: BLE001 - contained to this request
+            failed.append((it, _error_text(exc)))
+            continue
+        if it.samples:
+            ok.append(it)
+            rows.append(logits[0])
+    return ok, (torch.stack(rows) if rows else None), failed
+
+
+def make_runner(model: Any, num_slots: int, max_len: int, force_fallback: bool = False,
+                kv_dtype: str = "auto"):
+    ok, _why = supports_batched(model, max_len)
+    if ok and not force_fallback:
+        return BatchedRunner(model, num_slots, max_len, kv_dtype=kv_dtype)
+    return FallbackRunner(model, num_slots, max_len)

@@ -1,0 +1,113 @@
+"""Batched token sampling with per-request seeds.
+
+Each row of the logits belongs to one sequence with its own SamplingParams. Penalties,
+temperature, top-k, top-p and min-p are applied as tensor ops over the whole batch; the only
+per-row work is drawing one uniform number from the request's own torch.Generator, which makes a
+seeded request reproducible whatever else shares its batch (inverse-CDF sampling consumes exactly
+one draw per token).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from engine.runtime.sequence import Sequence
+
+
+class SamplingError(Exception):
+    pass
+
+
+def generator_for(seq: Sequence) -> torch.Generator:
+    gen = seq.extra.get("generator")
+    if gen is None:
+        seed = seq.params.seed
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+        gen = torch.Generator()
+        gen.manual_seed(int(seed))
+        seq.extra["generator"] = gen
+    return gen
+
+
+def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    vocab = logits.shape[-1]
+    for r, seq in enumerate(seqs):
+        p = seq.params
+        if p.repetition_penalty != 1.0:
+            # HF semantics over prompt + output: shrink positive logits, push negative ones down
+            seen = torch.tensor(sorted({t for t in seq.token_ids if 0 <= t < vocab}),
+                                dtype=torch.long)
+            if len(seen):
+                vals = logits[r, seen]
+                logits[r, seen] = torch.where(vals > 0, vals / p.repetition_penalty,
+                                              vals * p.repetition_penalty)
+        if (p.presence_penalty or p.frequency_penalty) and seq.output_ids:
+            # OpenAI semantics over generated tokens only
+            out = torch.tensor([t for t in seq.output_ids if 0 <= t < vocab], dtype=torch.long)
+            counts = torch.bincount(out, minlength=vocab).to(logits.dtype)
+            logits[r] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(
+                logits.dtype)
+    return logits
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int | None], dict[int, str]]:
+    """Pick one token per row. Returns (tokens, {row: error}) with None for failed rows."""
+    logits = logits.float()
+    if any(s.params.repetition_penalty != 1.0 or s.params.presence_penalty
+           or s.params.frequency_penalty for s in seqs):
+        logits = _apply_penalties(logits.clone(), seqs)
+    n = len(seqs)
+    tokens: list[int | None] = [None] * n
+    errors: dict[int, str] = {}
+    greedy = [i for i, s in enumerate(seqs) if s.params.greedy]
+    if greedy:
+        picked = logits[greedy].argmax(dim=-1).tolist() if len(greedy) < n else \
+            logits.argmax(dim=-1).tolist()
+        for i, t in zip(greedy, picked):
+            tokens[i] = int(t)
+    rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    if not rows:
+        return tokens, errors
+    sub = logits[rows] if len(rows) < n else logits
+    ps = [seqs[i].params for i in rows]
+    temp = torch.tensor([p.temperature for p in ps], dtype=sub.dtype)[:, None]
+    sub = sub / temp
+    vocab = sub.shape[-1]
+    if any(p.top_k > 0 for p in ps):
+        kmax = min(max(p.top_k for p in ps), vocab)
+        top_vals = torch.topk(sub, kmax, dim=-1).values
+        kth = torch.tensor([min(p.top_k, vocab) - 1 if p.top_k > 0 else kmax - 1 for p in ps])
+        thresh = top_vals.gather(1, kth[:, None])
+        off = torch.tensor([p.top_k <= 0 for p in ps])[:, None]
+        sub = torch.where((sub < thresh) & ~off, torch.full_like(sub, float("-inf")), sub)
+    probs = torch.softmax(sub, dim=-1)
+    if any(p.min_p > 0 for p in ps):
+        min_p = torch.tensor([p.min_p for p in ps], dtype=probs.dtype)[:, None]
+        probs = torch.where(probs < min_p * probs.max(dim=-1, keepdim=True).values,
+                            torch.zeros_like(probs), probs)
+    if any(p.top_p < 1.0 for p in ps):
+        top_p = torch.tensor([p.top_p for p in ps], dtype=probs.dtype)[:, None]
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        before = sorted_p.cumsum(dim=-1) - sorted_p  # mass strictly before each token
+        sorted_p = torch.where(before >= top_p * sorted_p.sum(-1, keepdim=True),
+                               torch.zeros_like(sorted_p), sorted_p)
+        probs = torch.zeros_like(probs).scatter_(1, order, sorted_p)
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1]
+    finite = torch.isfinite(total) & (total > 0)
+    u = torch.stack([torch.rand((), generator=generator_for(seqs[i])) for i in rows])
+    # right side: the first token whose cumulative mass exceeds the draw, never a zero-mass one
+    idx = torch.searchsorted(cdf, (u.to(cdf.dtype) * total)[:, None].contiguous(), right=True)
+    idx = idx.squeeze(1)
+    idx = idx.clamp_(max=vocab - 1).tolist()
+    finite_l = finite.tolist()
+    for j, i in enumerate(rows):
+        if not finite_l[j]:
+            errors[i] = ("sampling failed: the probabilities are not finite (temperature "
+                         f"{ps[j].temperature} overflows the logits)")
+            continue
+        tokens[i] = int(idx[j])
+    return tokens, errors

@@ -1,0 +1,82 @@
+"""One loaded model variant as the engine holds it: model, runner, KV slots, scheduler."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.runtime.config import EngineConfig
+from engine.runtime.kv_slots import SlotAllocator
+from engine.runtime.runner import make_runner
+from engine.runtime.scheduler import Scheduler
+from engine.runtime.types import ModelInfo
+
+
+def context_length(config: Any) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def eos_ids(loaded: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    gen = getattr(loaded.model, "generation_config", None)
+    for src in (getattr(gen, "eos_token_id", None), getattr(loaded.tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(x) for x in src)
+    return frozenset(ids)
+
+
+@dataclass(eq=False)
+class Variant:
+    name: str
+    loaded: Any  # engine.models.loader.LoadedModel
+    runner: Any
+    allocator: SlotAllocator
+    scheduler: Scheduler
+    info: ModelInfo
+    eos: frozenset[int]
+    vocab_size: int
+    max_len: int
+    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
+    draining: bool = False
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
+
+
+def build_variant(loaded: Any, name: str, config: EngineConfig,
+                  force_fallback: bool = False) -> Variant:
+    """Wrap a LoadedModel: preallocate its KV cache and give it a scheduler (any thread)."""
+    model = loaded.model
+    ctx = context_length(model.config) or config.max_context_cap
+    max_len = config.max_model_len or min(ctx, config.max_context_cap)
+    max_len = min(max_len, ctx)
+    runner = make_runner(model, config.max_running, max_len, force_fallback=force_fallback,
+                         kv_dtype=config.kv_dtype)
+    batched = runner.path_kind == "batched"
+    allocator = SlotAllocator(config.max_running, max_len,
+                              prefix_caching=config.prefix_caching and batched,
+                              min_prefix_tokens=config.min_prefix_tokens)
+    scheduler = Scheduler(allocator, max_running=config.max_running,
+                          max_batched_tokens=config.max_batched_tokens,
+                          max_waiting=config.max_waiting)
+    n_params = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
+    vocab = getattr(model.config, "vocab_size", None) or len(loaded.tokenizer)
+    info = ModelInfo(
+        name=name, path=str(loaded.path), architecture=loaded.architecture, dtype=loaded.dtype,
+        quantization=getattr(loaded, "quantization", None), device=str(loaded.device),
+        max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
+        kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time())
+    return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
+                   scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
+                   max_len=max_len)

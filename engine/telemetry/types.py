@@ -1,0 +1,101 @@
+"""The snapshot model every telemetry source is turned into (immutable, safe to share across threads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DeviceKind = Literal["npu", "gpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class ProviderError:
+    """Why a source produced no (or only partial) data this cycle."""
+
+    kind: Literal["missing", "timeout", "exit", "parse", "unavailable"]
+    message: str
+    code: int | None = None  # npu-smi return code or process exit status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process holding accelerator memory."""
+
+    pid: int
+    name: str  # "" when the pid lives in another PID namespace
+    memory_mb: float | None
+    device_key: str
+    npu_id: int | None = None
+    chip_id: int | None = None
+    container_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    """One chip / GPU / the host CPU at one instant. Missing values are None, never guessed."""
+
+    kind: DeviceKind
+    index: int  # position in the source's order (0..N-1)
+    key: str  # stable id used in history keys: "npu<npu_id>-<chip_id>", "gpu<i>", "cpu"
+    name: str
+    health: str | None = None
+    util_pct: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    bus_id: str | None = None
+    npu_id: int | None = None
+    chip_id: int | None = None
+    device_id: int | None = None
+    hugepages_used: int | None = None
+    hugepages_total: int | None = None
+    ddr_used_mb: float | None = None
+    ddr_total_mb: float | None = None
+    processes: tuple[ProcessInfo, ...] = ()
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used_mb is None or not self.mem_total_mb:
+            return None
+        return 100.0 * self.mem_used_mb / self.mem_total_mb
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """Host CPU / memory plus this engine process's own CPU and resident memory."""
+
+    cpu_pct: float | None
+    cpu_count: int | None
+    mem_used_mb: float | None
+    mem_total_mb: float | None
+    mem_pct: float | None
+    load_1m: float | None
+    proc_pid: int
+    proc_cpu_pct: float | None
+    proc_rss_mb: float | None
+
+
+@dataclass(frozen=True)
+class TelemetrySnapshot:
+    timestamp: float  # time.time() when the sample was taken
+    devices: tuple[DeviceSnapshot, ...] = ()
+    host: HostSnapshot | None = None
+    processes: tuple[ProcessInfo, ...] = ()
+    source: str = ""  # "npu-smi", "replay:<file>", "nvml", "host"
+    warnings: tuple[str, ...] = ()
+    error: ProviderError | None = None
+    raw: str | None = field(default=None, compare=False, repr=False)  # the text parsed, if any
+
+    def device(self, key: str) -> DeviceSnapshot | None:
+        for dev in self.devices:
+            if dev.key == key:
+                return dev
+        return None
+
+    @property
+    def accelerators(self) -> tuple[DeviceSnapshot, ...]:
+        return tuple(d for d in self.devices if d.kind != "cpu")
