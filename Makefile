@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint serve screenshots bench clean
+.PHONY: run test venv lint serve screenshots dist bundle install-desktop icons clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,20 @@ lint: $(STAMP)
 
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python packaging/screenshots.py docs/screenshots
+
+# Wheel + sdist, and the offline bundle for air-gapped servers (docs/packaging.md).
+FLAVOUR ?= cpu
+dist: $(STAMP)
+	$(BIN)/python -m build
+
+bundle: $(STAMP)
+	$(BIN)/python packaging/bundle.py --flavour $(FLAVOUR) --out dist/
+
+install-desktop: $(STAMP)
+	packaging/install_desktop.sh --exec $(abspath $(BIN))/npu-console
+
+icons: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python packaging/render_icons.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

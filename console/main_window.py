@@ -148,12 +148,29 @@ class MainWindow(QMainWindow):
         quit_action.setShortcut(QKeySequence.Quit)
         quit_action.triggered.connect(self.close)
         view = menu.addMenu("&View")
+        self.demo_action = view.addAction("Demo mode (full screen)")
+        self.demo_action.setShortcuts([QKeySequence(Qt.Key_F11), QKeySequence("Ctrl+Shift+D")])
+        self.demo_action.triggered.connect(self.open_demo)
+        self.addAction(self.demo_action)  # the shortcut works with the menu bar hidden too
+        view.addSeparator()
         for name in THEME_NAMES:
             act = view.addAction(f"{name.title()} theme")
             act.triggered.connect(lambda _c=False, n=name: self.set_theme(n))
         help_menu = menu.addMenu("&Help")
         about = help_menu.addAction("About NPU Console")
         about.triggered.connect(self.show_about)
+
+    def open_demo(self):
+        """Full-screen presentation view (console.pages.demo); Esc closes it."""
+        from console.pages.demo import DemoView
+
+        if getattr(self, "demo", None) is None:
+            self.demo = DemoView(self.ctx, self)
+            self.demo.closed.connect(lambda: setattr(self, "demo", None))
+            self.demo.setAttribute(Qt.WA_DeleteOnClose)
+        self.demo.showFullScreen()
+        self.demo.activateWindow()
+        return self.demo
 
     def set_theme(self, name: str) -> None:
         from PySide6.QtWidgets import QApplication
@@ -207,6 +224,8 @@ class MainWindow(QMainWindow):
             s = self.ctx.settings
             s.setValue("window/geometry", self.saveGeometry())
             s.setValue("window/state", self.saveState())
+            if getattr(self, "demo", None) is not None:
+                self.demo.close()
             for page in self.pages:
                 try:
                     page.shutdown()

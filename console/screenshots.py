@@ -58,6 +58,7 @@ def capture_all(options: LaunchOptions, out_dir: str | Path, prompt: str = "Once
             chat.new_chat()
             chat.ab_check.setChecked(True)
             names = model_names(window)
+            chat.set_models(host.models())  # the models_changed signal may still be queued
             chat.model_b.setCurrentText(names[-1])
             chat.send(prompt)
             pump_until(lambda: not chat.busy(), 60)

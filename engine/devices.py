@@ -178,7 +178,7 @@ class Timer:
         self.device = device
         self.elapsed = 0.0
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:  # noqa: PYI034 - not subclassed
         synchronize(self.device)
         self._t0 = time.perf_counter()
         return self

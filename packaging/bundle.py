@@ -393,16 +393,16 @@ def build(args: argparse.Namespace) -> Path:
             step % (2, f"collecting dependency wheels with {how} ({plan.torch_req})"),
             file=sys.stderr,
         )
-        hints = {
-            f"matching distribution found for {plan.torch_req}": (
+        hints = {}
+        if "+cpu" in plan.torch_req:
+            hints[f"matching distribution found for {plan.torch_req}"] = (
                 f": {plan.torch_req} is published on https://download.pytorch.org/whl/cpu (x86_64 +cpu "
                 "builds); pass it as --extra-index-url, or --find-links a directory holding the wheel"
-            ),
-            "matching distribution found for": (
-                f": some dependency has no wheel for {plan.target} / CPython {plan.python} / glibc "
-                f"{args.glibc or DEFAULT_GLIBC[plan.target]}; a newer --glibc may help"
-            ),
-        }
+            )
+        hints["matching distribution found for"] = (
+            f": some dependency has no wheel for {plan.target} / CPython {plan.python} / glibc "
+            f"{args.glibc or DEFAULT_GLIBC[plan.target]}; a newer --glibc may help"
+        )
         _run(
             pip_collect_cmd(plan, project_wheel, wheels_dir, args.find_links, args.extra_index_url),
             "collecting wheels",

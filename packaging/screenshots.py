@@ -1,4 +1,5 @@
-"""Screenshots of every console page for the docs: `python packaging/screenshots.py OUT_DIR`.
+"""Screenshots of every console page for the docs: `python packaging/screenshots.py OUT_DIR`
+(`--part2`: only Quantize, Benchmark, Server and demo mode, with real results in them).
 
 Runs offscreen (or under Xvfb) on the demo model (stories260K from ../shared when the demo model
 is missing), with the dashboard replaying a real 8-card 910B capture; then a second pass shows
@@ -18,6 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str]) -> int:
+    part2_only = "--part2" in argv  # only Quantize / Benchmark / Server / demo mode
+    argv = [a for a in argv if a != "--part2"]
     out = Path(argv[1] if len(argv) > 1 else ROOT / "docs" / "screenshots")
     os.environ.setdefault("NPU_CONSOLE_HOME", tempfile.mkdtemp(prefix="npc-shots-"))
     from console.app import LaunchOptions
@@ -30,6 +33,10 @@ def main(argv: list[str]) -> int:
     fixtures = ROOT.parent / "shared" / "fixtures" / "npu-smi"
     replay = [str(fixtures / "910b3_info_1.txt")] if fixtures.is_dir() else []
     settings = Path(os.environ["NPU_CONSOLE_HOME"]) / "shots.ini"
+    if part2_only:
+        for p in capture_part2(model, out, replay, Path(os.environ["NPU_CONSOLE_HOME"])):
+            print(p)
+        return 0
     paths = capture_all(LaunchOptions(model=str(model), replay=replay, settings_path=str(settings),
                                       theme="dark"), out)
     # host fallback (live psutil) in the light theme, no model: the empty states
@@ -40,9 +47,129 @@ def main(argv: list[str]) -> int:
         p.replace(target)
         paths.append(target)
     light.rmdir()
+    paths += capture_part2(model, out, replay, Path(os.environ["NPU_CONSOLE_HOME"]))
     for p in paths:
         print(p)
     return 0
+
+
+def _calib_file(home: Path) -> str | None:
+    """The shipped calibration text, or (in a checkout without it) the project's own docs."""
+    from engine.paths import CALIB_DIR
+
+    if (CALIB_DIR / "calibration.txt").is_file():
+        return None
+    paras = []
+    for md in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+        if md.is_file():
+            paras += [p.strip() for p in md.read_text(encoding="utf-8").split("\n\n")
+                      if len(p.split()) > 12 and not p.lstrip().startswith(("|", "```", "#"))]
+    path = home / "calib-docs.txt"
+    path.write_text("\n\n".join(paras), encoding="utf-8")
+    return str(path)
+
+
+def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list[Path]:
+    """Quantize, Benchmark, Server and demo mode with real results in them (dark theme)."""
+    import socket
+
+    import httpx
+
+    from console.app import LaunchOptions, build_window
+    from console.screenshots import LOAD_TIMEOUT_S, _save, _settle
+    from console.testing import model_names, pump_until
+
+    window = build_window(LaunchOptions(model=str(model), replay=replay, theme="dark",
+                                        settings_path=str(home / "shots2.ini")))
+    window.resize(1360, 860)
+    paths: list[Path] = []
+    try:
+        if not pump_until(lambda: bool(model_names(window)), LOAD_TIMEOUT_S):
+            print("model did not load: part 2 screenshots skipped", file=sys.stderr)
+            return paths
+        float_name = model_names(window)[0]
+
+        q = window.page("quantize")
+        window.show_page("quantize")
+        q.eval_tokens, q.eval_prompts, q.new_tokens = 1024, 4, 16
+        q.set_method("w8a8-static", "all", smoothquant=0.5)
+        q.set_calibration(_calib_file(home), 16, 128)
+        q.budget.setValue(1.0)
+        q.go(1)
+        _settle(300)
+        paths.append(_save(window, out, "quantize-method"))
+        q.go(3)
+        q.start_sensitivity()
+        pump_until(lambda: not q.busy(), 900)
+        _settle(300)
+        paths.append(_save(window, out, "quantize-sensitivity"))
+        q.go(4)
+        q.start_run()
+        pump_until(lambda: not q.busy(), 900)
+        pump_until(lambda: len(model_names(window)) >= 2, LOAD_TIMEOUT_S)
+        _settle(500)
+        paths.append(_save(window, out, "quantize-run"))
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = window.page("server")
+        server.port.setValue(port)
+        server.start()
+        pump_until(lambda: server.running() and not server.busy(), 60)
+        for i in range(3):
+            httpx.post(f"{server.url}/v1/chat/completions", timeout=120, json={
+                "model": model_names(window)[i % 2],
+                "messages": [{"role": "user", "content": f"Tell me about lists {i}"}],
+                "max_tokens": 24})
+        httpx.get(f"{server.url}/v1/models", timeout=30)
+        window.show_page("server")
+        _settle(800)
+        paths.append(_save(window, out, "server-running"))
+
+        b = window.page("benchmark")
+        window.show_page("benchmark")
+        b.tabs.setCurrentIndex(1)
+        b.num_prompts.setValue(16)
+        b.concurrency.setValue(4)
+        b.s_input.setValue(32)
+        b.s_output.setValue(32)
+        b.start()
+        pump_until(lambda: not b.busy(), 600)
+        _settle(500)
+        paths.append(_save(window, out, "benchmark-serving"))
+        b.tabs.setCurrentIndex(0)
+        b.model_box.setCurrentText(float_name)
+        for size, check in b.batch_checks.items():
+            check.setChecked(size <= 8)
+        b.input_len.setValue(32)
+        b.output_len.setValue(32)
+        b.start()
+        pump_until(lambda: not b.busy(), 900)
+        _settle(500)
+        paths.append(_save(window, out, "benchmark-sweep"))
+        server.stop()
+        pump_until(lambda: not server.running() and not server.busy(), 30)
+
+        demo = window.open_demo()
+        demo.showNormal()  # the offscreen screen is small: take the shot at a projector size
+        demo.resize(1600, 900)
+        names = model_names(window)
+        demo.panes[0][0].setCurrentText(float_name)
+        demo.panes[1][0].setCurrentText(names[-1])
+        demo.send("The list type")
+        pump_until(lambda: not demo.busy(), 120)
+        _settle(2500)
+        path = out / "demo.png"
+        demo.grab().save(str(path))
+        paths.append(path)
+        demo.close()
+    finally:
+        window.close()
+        from PySide6.QtWidgets import QApplication
+
+        QApplication.instance().processEvents()
+    return paths
 
 
 if __name__ == "__main__":

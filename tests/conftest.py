@@ -41,5 +41,5 @@ def demo_model_dir() -> Path:
     from engine.paths import DEMO_MODEL_DIR
 
     if not (DEMO_MODEL_DIR / "config.json").exists():
-        pytest.fail(f"demo model missing at {DEMO_MODEL_DIR}: run packaging/train_demo_model.py")
+        pytest.fail(f"demo model missing at {DEMO_MODEL_DIR}: run packaging/train_demo_model.sh")
     return DEMO_MODEL_DIR

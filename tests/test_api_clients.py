@@ -9,7 +9,13 @@ import shutil
 import subprocess
 
 import pytest
-from test_api_support import STORY_PROMPT, engine_for, running_server, sse_events, token_count
+from test_api_support import (
+    STORY_PROMPT,
+    default_engine,
+    running_server,
+    sse_events,
+    token_count,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +24,7 @@ openai = pytest.importorskip("openai")
 
 @pytest.fixture(scope="module")
 def url(stories_dir):
-    with running_server(engine_for(stories_dir), api_key="test-key") as (_, url):
+    with running_server(default_engine(stories_dir), api_key="test-key") as (_, url):
         yield url
 
 
@@ -30,7 +36,7 @@ def client(url):
 
 
 def test_openai_sync_models_and_completions(client, stories_dir):
-    assert [m.id for m in client.models.list()] == ["stories"]
+    assert [m.id for m in client.models.list()] == ["stories", "stories-bf16"]
     done = client.completions.create(model="stories", prompt=STORY_PROMPT, max_tokens=6,
                                      temperature=0)
     assert done.choices[0].finish_reason == "length" and done.choices[0].text

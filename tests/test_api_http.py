@@ -6,7 +6,7 @@ import httpx
 import pytest
 from test_api_support import (
     STORY_PROMPT,
-    engine_for,
+    default_engine,
     metric_value,
     running_server,
     stream_post,
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine(stories_dir):
-    return engine_for(stories_dir, extra_names=("stories-bf16",))
+    return default_engine(stories_dir)
 
 
 @pytest.fixture(scope="module")

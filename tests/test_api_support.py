@@ -42,6 +42,12 @@ def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str,
         return eng
 
 
+def default_engine(stories_dir: Path):
+    """The engine most API tests share: stories260K as "stories" (float32, the default) and
+    as "stories-bf16"."""
+    return engine_for(stories_dir, extra_names=("stories-bf16",))
+
+
 @atexit.register
 def _shutdown_engines() -> None:
     for eng in _ENGINES.values():
@@ -125,26 +131,32 @@ async def stream_completion(client: httpx.AsyncClient, url: str, body: dict) -> 
         return {"status": 200, "text": "".join(text), "usage": usage, "done": last == "[DONE]"}
 
 
-def run_stream_clients(base_url: str, bodies: list[dict]) -> list[dict]:
-    """All bodies at once, one connection each, against /v1/completions."""
+def run_stream_clients(base_url: str, bodies: list[dict], stagger_s: float = 0.0) -> list[dict]:
+    """One connection per body against /v1/completions, client i starting i * stagger_s
+    after the first (all of them then overlap: each lasts far longer than the ramp)."""
     import asyncio
+
+    async def one(client, i, body):
+        await asyncio.sleep(i * stagger_s)
+        return await stream_completion(client, base_url + "/v1/completions", body)
 
     async def main():
         limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=limits, timeout=300) as client:
-            return await asyncio.gather(*[
-                stream_completion(client, base_url + "/v1/completions", b) for b in bodies])
+            return await asyncio.gather(*[one(client, i, b) for i, b in enumerate(bodies)])
     return asyncio.run(main())
 
 
-def run_stream_clients_in_subprocess(base_url: str, bodies: list[dict]) -> list[dict]:
+def run_stream_clients_in_subprocess(base_url: str, bodies: list[dict],
+                                     stagger_s: float = 0.0) -> list[dict]:
     """The same from another process, as real clients would be: the server's process then
     shares its GIL with nobody but the engine."""
     import subprocess
     import sys
 
     # niced: on a 2-core machine the load generator must not starve the server it measures
-    out = subprocess.run([sys.executable, __file__, base_url], input=json.dumps(bodies),
+    out = subprocess.run([sys.executable, __file__, base_url, str(stagger_s)],
+                         input=json.dumps(bodies),
                          capture_output=True, text=True, timeout=600, check=False,
                          preexec_fn=lambda: os.nice(10))
     if out.returncode != 0:
@@ -155,4 +167,5 @@ def run_stream_clients_in_subprocess(base_url: str, bodies: list[dict]) -> list[
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps(run_stream_clients(sys.argv[1], json.loads(sys.stdin.read()))))
+    print(json.dumps(run_stream_clients(sys.argv[1], json.loads(sys.stdin.read()),
+                                        float(sys.argv[2]))))

@@ -148,3 +148,34 @@ def test_cli_errors_are_one_line(server, capsys, argv, message):
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and "Traceback" not in err
+
+
+def test_ctrl_c_stops_the_cli_and_still_writes_results(server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    url, _ = server
+    prefix = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli.main", "bench", "serve", "--base-url", url,
+         "--num-prompts", "200", "--concurrency", "1", "--input-len", "8", "--output-len", "10",
+         "--out", str(prefix)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    err = ""
+    # wait until requests are finishing (progress lines on stderr), then press Ctrl-C
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        err += line
+        if "requests (" in line and not line.startswith("[  0%]"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, rest = proc.communicate(timeout=60)
+    err += rest
+    assert proc.returncode == 130, err
+    assert "stopping" in err and "Traceback" not in err
+    doc = json.loads((prefix.with_name("interrupted.json")).read_text())
+    assert doc["cancelled"] is True
+    assert 1 <= doc["metrics"]["completed"] < 200
+    assert "stopped early" in out

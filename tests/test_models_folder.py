@@ -142,7 +142,7 @@ def test_load_real_model_with_progress_and_cancel(stories_dir):
 
 
 def test_load_refuses_when_memory_is_short(stories_dir, monkeypatch):
-    import engine.devices as devices
+    from engine import devices
     from engine.models import ModelLoadError
 
     real = devices.cpu_device()

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 import torch
+from fakes.stories_text import load_float
 
 from engine.quant import calib
 from engine.quant.config import QuantConfig, QuantError, select_layers
-from fakes.stories_text import load_float
 
 
 @pytest.fixture(scope="module")

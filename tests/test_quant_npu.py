@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import torch_npu_standin
 
 from engine.quant.config import QuantError
 from engine.quant.kernels import npu as npu_kernels
 from engine.quant.qlinear import QuantLinear
-from fakes import torch_npu_standin
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine.runtime.kv_slots import SlotAllocator, common_prefix_len
 from engine.runtime.scheduler import QueueFull, Scheduler
-from engine.runtime.sequence import Sequence, SeqState
+from engine.runtime.sequence import SeqState, Sequence
 from engine.runtime.types import SamplingParams
 
 

@@ -5,4 +5,7 @@ PAGES: list[tuple[str, str]] = [
     ("console.pages.dashboard", "DashboardPage"),
     ("console.pages.models", "ModelsPage"),
     ("console.pages.chat", "ChatPage"),
+    ("console.pages.quantize", "QuantizePage"),
+    ("console.pages.benchmark", "BenchmarkPage"),
+    ("console.pages.server", "ServerPage"),
 ]

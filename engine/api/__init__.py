@@ -1,22 +1,33 @@
 """OpenAI-compatible HTTP API over an EngineClient (FastAPI + uvicorn; no Qt).
 
 `build_app(engine, settings)` gives the ASGI app; `ServerController` runs it on a thread of its
-own for the GUI and for `npu-console serve`.
+own for the GUI and for `npu-console serve`. Names are imported on first use, so that checking
+settings (`engine.api.settings`) does not pay for importing FastAPI.
 """
 
-from engine.api.app import build_app
-from engine.api.request_log import RequestLog, RequestLogEntry
-from engine.api.server import PortInUseError, ServerController, ServerStartError, port_in_use
-from engine.api.settings import ApiSettings, UnsafeSettingsError
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "build_app": "engine.api.app",
+    "RequestLog": "engine.api.request_log",
+    "RequestLogEntry": "engine.api.request_log",
+    "PortInUseError": "engine.api.server",
+    "ServerController": "engine.api.server",
+    "ServerStartError": "engine.api.server",
+    "port_in_use": "engine.api.server",
+    "ApiSettings": "engine.api.settings",
+    "UnsafeSettingsError": "engine.api.settings",
+}
 
 __all__ = [
-    "ApiSettings",
-    "PortInUseError",
-    "RequestLog",
-    "RequestLogEntry",
-    "ServerController",
-    "ServerStartError",
-    "UnsafeSettingsError",
-    "build_app",
-    "port_in_use",
+    "ApiSettings", "PortInUseError", "RequestLog", "RequestLogEntry", "ServerController",
+    "ServerStartError", "UnsafeSettingsError", "build_app", "port_in_use",
 ]
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'engine.api' has no attribute {name!r}")

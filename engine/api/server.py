@@ -105,6 +105,7 @@ class ServerController:
         self._settings: ApiSettings | None = None
         self._port: int | None = None
         self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -176,6 +177,7 @@ class ServerController:
     def _run(self, server: _ThreadServer, sock: socket.socket) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        self._loop = loop
         try:
             loop.run_until_complete(server.serve(sockets=[sock]))
         except BaseException as exc:  # noqa: BLE001 - reported through start()/stop()

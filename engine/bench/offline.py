@@ -191,7 +191,7 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
 
 
 def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
-              cancel: threading.Event) -> Any:
+              cancel: threading.Event) -> tuple[Any, tuple[int, int]]:
     """Quantize the loaded model in memory with engine.quant (the recipe `quantize` uses, default
     options; w8a8-static calibrates on the shipped calibration text first)."""
     try:
@@ -219,6 +219,11 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
                                             select_layers(loaded.model, cfg).quantize,
                                             progress=step, cancel=cancel)
         quantize_model(loaded.model, cfg, stats, progress=step, cancel=cancel)
+        # count the int8 weights now: serving packs them into kernel caches that are neither
+        # parameters nor buffers
+        dtype_bytes = next(p for p in loaded.model.parameters()
+                           if p.dtype.is_floating_point).element_size()
+        counted = decode_bytes_model(loaded.model, dtype_bytes)
         prepare_for_serving(loaded.model)
     except BenchError:
         raise
@@ -226,7 +231,7 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
         raise BenchError(f"quantization failed: {str(exc).splitlines()[0]}") from None
     loaded.quantization = method
     loaded.name = f"{loaded.name}-{method}"
-    return loaded
+    return loaded, counted
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -265,11 +270,12 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
             raise BenchError("cancelled while loading the model") from None
         except (ModelFolderError, ModelLoadError) as exc:
             raise BenchError(str(exc)) from None
+    dtype_bytes = torch.empty((), dtype=getattr(torch, loaded.dtype)).element_size()
     if cfg.quant != "none":
         say(0.05, f"quantizing ({cfg.quant})")
-        loaded = _quantize(loaded, cfg.quant, progress, cancel)
-    dtype_bytes = torch.empty((), dtype=getattr(torch, loaded.dtype)).element_size()
-    weight_bytes, kv_per_token = decode_bytes_model(loaded.model, dtype_bytes)
+        loaded, (weight_bytes, kv_per_token) = _quantize(loaded, cfg.quant, progress, cancel)
+    else:
+        weight_bytes, kv_per_token = decode_bytes_model(loaded.model, dtype_bytes)
 
     bandwidth: Bandwidth | None = None
     say(0.1, "measuring memory bandwidth")

@@ -316,8 +316,10 @@ def _make_prompts(cfg: ServingConfig, tokens_per_word: float | None,
 
 async def arun_serving_benchmark(cfg: ServingConfig, progress: ProgressFn | None = None,
                                  cancel: threading.Event | None = None) -> ServingResult:
-    """Run the benchmark on the current event loop. Setting `cancel` stops it: requests in
-    flight are dropped and the result holds the ones that finished (cancelled=True)."""
+    """Run the benchmark on the current event loop. Setting `cancel` (from any thread) stops
+    it: requests in flight are dropped and the result holds the ones that finished
+    (cancelled=True). `progress` is called on this loop's thread after every request; a GUI
+    hands it over to its own thread."""
     from engine.bench.hardware import host_info_dict
 
     cfg.check()

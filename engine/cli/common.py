@@ -33,7 +33,13 @@ def resolve_device_dtype(args) -> tuple[str, str]:
 
 def load_for_cli(args, quiet: bool = False):
     """Load --model with plain-word errors; progress goes to stderr."""
-    from engine.models import LoadCancelled, ModelFolderError, ModelLoadError, add_recent_model, load_model
+    from engine.models import (
+        LoadCancelled,
+        ModelFolderError,
+        ModelLoadError,
+        add_recent_model,
+        load_model,
+    )
     from engine.models.loader import resolve_model_path
 
     device, dtype = resolve_device_dtype(args)

@@ -29,14 +29,14 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.build_info import flavour
+    from engine.build_info import build_info
 
     parser = argparse.ArgumentParser(
         prog="npu-console",
         description="Run, quantize, benchmark and serve LLMs on Ascend NPUs, NVIDIA GPUs and CPUs.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"npu-console {__version__} ({flavour()})"
+        "--version", action="version", version=f"npu-console {__version__} ({build_info().describe()})"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

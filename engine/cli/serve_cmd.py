@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -31,6 +32,8 @@ def register(sub) -> None:
                    help="waiting requests beyond which clients get 429 (default 256)")
     p.add_argument("--max-running", type=int, default=None, metavar="N",
                    help="sequences decoded together (default: the engine's)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch threads of the engine (default: the engine's choice)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000,
                    help="largest accepted request body (413 above it)")
     p.add_argument("--log-prompts", action="store_true",
@@ -42,8 +45,7 @@ def register(sub) -> None:
 
 
 def _check_args(args) -> None:
-    from engine.api import ApiSettings, UnsafeSettingsError
-    from engine.api.settings import parse_origins
+    from engine.api.settings import ApiSettings, UnsafeSettingsError, parse_origins
 
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be between 0 and 65535, got {args.port}")
@@ -51,6 +53,8 @@ def _check_args(args) -> None:
         raise CliError(f"--max-queue must be at least 1, got {args.max_queue}")
     if args.max_running is not None and args.max_running < 1:
         raise CliError(f"--max-running must be at least 1, got {args.max_running}")
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be at least 1, got {args.threads}")
     if args.grace < 0:
         raise CliError("--grace must not be negative")
     try:
@@ -83,12 +87,18 @@ def run(args) -> int:
     config = EngineConfig(max_waiting=args.max_queue)
     if args.max_running:
         config.max_running = args.max_running
+    if args.threads:
+        config.num_threads = args.threads
     engine = LocalEngine(config)
     try:
         try:
             info = engine.add_model(loaded, name=args.name or loaded.name, default=True).result()
         except EngineError as exc:
             raise CliError(str(exc)) from None
+        # the model's objects live as long as the process: keep the collector from walking them
+        # (a full collection over torch and transformers stalls every request for ~1 s)
+        gc.collect()
+        gc.freeze()
         controller = ServerController(engine)
         try:
             url = controller.start(args.host, args.port, api_key=args.api_key,

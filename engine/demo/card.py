@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from engine.demo.train import TrainResult
 
 SAMPLE_PROMPTS = ("The function returns", "Return a new list", "This module provides")
+CHAT_QUESTIONS = ("What does json.dumps do?", "Explain os.path.join.")
 
 CALIBRATION_CHARS = 300_000
 HELDOUT_CHARS = 200_000
@@ -35,10 +36,32 @@ def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str
     return out
 
 
-def write_model_card(folder: Path, r: TrainResult, samples: list[tuple[str, str]]) -> None:
+@torch.no_grad()
+def sample_chats(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
+    """Greedy replies to a few questions, laid out exactly as the chat template renders them."""
+    from engine.demo.chat import EOS, render
+
+    model.eval()
+    out = []
+    for question in CHAT_QUESTIONS:
+        text = render([{"role": "user", "content": question}], add_generation_prompt=True)
+        ids = torch.tensor([tok.encode(text, add_special_tokens=False).ids])
+        gen = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+            do_sample=False, repetition_penalty=1.2, eos_token_id=tok.token_to_id(EOS),
+            pad_token_id=tok.token_to_id(EOS),
+        )
+        out.append((question, tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)))
+    return out
+
+
+def write_model_card(
+    folder: Path, r: TrainResult, samples: list[tuple[str, str]], chats: list[tuple[str, str]]
+) -> None:
     s = r.settings
     size_mb = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6
-    rows = "\n".join(f"| `{p}` | {c.strip()!s} |" for p, c in samples).replace("\n\n", " ")
+    rows = "\n".join(f"| `{p}` | {' '.join(c.split())} |" for p, c in samples)
+    chat_rows = "\n".join(f"| {q} | {' '.join(a.split())} |" for q, a in chats)
     text = f"""---
 license: psf-2.0
 library_name: transformers
@@ -54,7 +77,8 @@ knows almost nothing and is not a useful assistant.**
 
 ## How it was made
 
-Exact command (also in `packaging/train_demo_model.sh`):
+Exact command, run from the repository root by `packaging/train_demo_model.sh` (which also sets
+`OMP_WAIT_POLICY=PASSIVE`, so that idle OpenMP workers do not spin on a shared machine):
 
 ```
 {r.command}
@@ -78,9 +102,12 @@ Exact command (also in `packaging/train_demo_model.sh`):
   {r.steps_done} steps of {s.batch_size} x {s.seq_len} tokens = **{r.tokens_seen:,} tokens seen**
   (the training stream is {r.train_tokens:,} tokens, so about {r.tokens_seen / r.train_tokens:.1f} epochs).
   Final training loss (EMA) {r.final_loss:.3f}.
-- **Hardware / time**: {r.hardware}; {s.threads} torch threads; wall time {r.wall_s / 60:.1f} min for the
-  whole command (corpus, tokenizer, training, evaluation, saving) on a machine shared with other work.
-  Python {r.python}, torch {r.torch}, transformers {r.transformers}.
+- **Hardware / time**: {r.hardware}, {s.threads} torch threads, CPU only. Wall time
+  {r.wall_s / 60:.1f} min for the whole command (corpus, tokenizer, training, evaluation, saving), of
+  which {r.train_s / 60:.1f} min training at {r.tokens_seen / max(r.train_s, 1e-9):.0f} tokens/s. The
+  machine was shared with other work (1-minute load average {r.load_avg:.1f} at the end), so an idle
+  2-core machine is faster. Python {r.python}, torch {r.torch}, transformers {r.transformers}.
+  Same command, same Python/torch: same corpus, tokenizer and step sequence (fixed seed, fixed steps).
 
 ## Evaluation
 
@@ -93,6 +120,12 @@ Greedy continuations (repetition penalty 1.2, 40 new tokens):
 | prompt | continuation |
 |---|---|
 {rows}
+
+Chat (`apply_chat_template` with `add_generation_prompt=True`, greedy):
+
+| user | assistant |
+|---|---|
+{chat_rows}
 
 ## Intended use
 

@@ -82,6 +82,8 @@ class TrainResult:
     transformers: str
     hardware: str
     command: str
+    train_s: float = 0.0  # the optimisation loop alone
+    load_avg: float = 0.0  # 1-minute load average when training ended: how shared the CPUs were
 
 
 def _settings_from_args(args: argparse.Namespace) -> TrainSettings:
@@ -170,18 +172,31 @@ def _optimizer(model, s: TrainSettings) -> torch.optim.AdamW:
 
 
 @torch.no_grad()
-def heldout_loss(model, stream: torch.Tensor, seq_len: int) -> tuple[float, int]:
-    """Mean next-token NLL over non-overlapping windows; returns (loss, tokens predicted)."""
+def heldout_loss(
+    model, stream: torch.Tensor, seq_len: int, batch: int = 8
+) -> tuple[float, int]:
+    """Mean next-token NLL over non-overlapping windows; returns (loss, tokens predicted).
+
+    Window k predicts stream[k*seq_len + 1 : (k+1)*seq_len + 1] from the tokens before it. Full
+    windows go through the model `batch` at a time (few large calls are much cheaper on a busy
+    CPU than many small ones); a shorter last window is scored on its own.
+    """
     model.eval()
+    n_full = (len(stream) - 1) // seq_len
     total, count = 0.0, 0
-    for start in range(0, len(stream) - 1, seq_len):
-        window = stream[start:start + seq_len + 1]
-        if len(window) < 2:
-            break
-        logits = model(input_ids=window[:-1].unsqueeze(0)).logits[0]
-        nll = torch.nn.functional.cross_entropy(logits, window[1:], reduction="sum")
-        total += float(nll)
-        count += len(window) - 1
+    if n_full:
+        inputs = stream[: n_full * seq_len].view(n_full, seq_len)
+        targets = stream[1: n_full * seq_len + 1].view(n_full, seq_len)
+        for i in range(0, n_full, batch):
+            logits = model(input_ids=inputs[i:i + batch]).logits
+            total += float(torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), targets[i:i + batch].flatten(), reduction="sum"))
+            count += targets[i:i + batch].numel()
+    tail = stream[n_full * seq_len:]
+    if len(tail) >= 2:
+        logits = model(input_ids=tail[:-1].unsqueeze(0)).logits[0]
+        total += float(torch.nn.functional.cross_entropy(logits, tail[1:], reduction="sum"))
+        count += len(tail) - 1
     model.train()
     return total / max(1, count), count
 
@@ -225,7 +240,7 @@ def _hardware() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs visible, torch threads as set"
+    return f"{cpu}, {os.cpu_count()} logical CPUs visible"
 
 
 def train(
@@ -311,8 +326,11 @@ def train(
         python=platform.python_version(), torch=torch.__version__,
         transformers=transformers.__version__, hardware=_hardware(),
         command=" ".join(["python -m engine.demo.train", *sys.argv[1:]]),
+        train_s=train_s, load_avg=os.getloadavg()[0],
     )
-    card.write_model_card(tmp, result, samples=card.sample_continuations(model, tok))
+    card.write_model_card(
+        tmp, result, samples=card.sample_continuations(model, tok), chats=card.sample_chats(model, tok)
+    )
     (tmp / "training_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     for path in tmp.iterdir():
         path.chmod(0o644)  # safetensors are written owner-only; the folder is shipped to everyone

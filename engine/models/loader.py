@@ -9,9 +9,10 @@ is refused unless the caller explicitly allows a hub download.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from engine.models.folder import ModelFolderError, ModelFolderReport, validate_model_folder
 from engine.models.memory import estimate_memory, fits_message
@@ -55,7 +56,7 @@ def resolve_model_path(spec: str | Path, allow_download: bool = False,
         raise ModelLoadError(f"cannot download {spec}: huggingface_hub is not installed") from exc
     try:
         return Path(snapshot_download(repo_id=str(spec), cache_dir=cache_dir))
-    except Exception as exc:  # network errors come in many types; report one line
+    except Exception as exc:  # noqa: BLE001 - network errors come in many types; report one line
         raise ModelLoadError(f"download of {spec} failed: {str(exc).splitlines()[0]}") from None
 
 
@@ -107,12 +108,12 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     step(0.1, "loading the tokenizer")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-    except Exception as exc:  # tokenizers raise many types for a bad file
+    except Exception as exc:  # noqa: BLE001 - tokenizers raise many types for a bad file
         raise ModelFolderError(_single_problem(report, "tokenizer", exc)) from None
     step(0.25, "loading the weights")
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported as a folder problem, in one line
         raise ModelFolderError(_single_problem(report, "weights", exc)) from None
     step(0.85, f"moving to {dev.torch_device}")
     model.to(dev.torch_device).eval()

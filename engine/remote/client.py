@@ -170,11 +170,6 @@ class RemoteEngine:
                                                              max_keepalive_connections=32))
         self._loop.run_forever()
 
-    def _call(self, coro, timeout: float | None):
-        if threading.current_thread() is self._loop_thread:
-            raise RuntimeError("RemoteEngine methods must not be called from its own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
     # ---------------------------------------------------------------- EngineClient
     def submit(self, request: GenerationRequest) -> LocalRequestHandle:
         if self._closed:
@@ -187,9 +182,13 @@ class RemoteEngine:
                                           param="request_id")
         handle = LocalRequestHandle(request.request_id, model or "", self.cancel)
         stream = _Stream(handle, time.monotonic(), time.time())
+        if threading.current_thread() is self._loop_thread:
+            raise RuntimeError("RemoteEngine.submit must not be called from its own loop")
+        fut = asyncio.run_coroutine_threadsafe(self._open(stream, path, body), self._loop)
         try:
-            self._call(self._open(stream, path, body), timeout=self.connect_timeout_s + 60.0)
+            fut.result(self.connect_timeout_s + 60.0)
         except TimeoutError:
+            fut.cancel()  # nobody would read a stream that opens after this
             raise connection_error(httpx.ReadTimeout("no answer"), self.base_url) from None
         return handle
 

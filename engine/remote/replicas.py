@@ -111,7 +111,9 @@ class ReplicaPool:
         n = len(self.replicas)
         candidates = []
         for i in range(n):
-            if model is not None and model not in self.replicas[i].stats().models:
+            served = self.replicas[i].stats().models
+            # an empty list means "not known yet" (a remote replica before its first poll)
+            if model is not None and served and model not in served:
                 continue
             candidates.append(i)
         start = self._rr

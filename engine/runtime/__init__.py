@@ -15,7 +15,7 @@ _EXPORTS = {
     "StepStats": "engine.runtime.metrics",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["EngineConfig", "Job", "LocalEngine", "LocalRequestHandle", "StepStats"]
 
 
 def __getattr__(name: str):

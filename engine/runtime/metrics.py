@@ -88,6 +88,8 @@ class EngineMetrics:
     def record_step(self, s: StepStats, generated: int) -> None:
         now = time.monotonic()
         with self._lock:
+            if s.batch_size == 0:
+                return  # a report of requests that ended between steps, not a step
             self.steps += 1
             self.prompt_tokens_total += s.prefill_tokens
             self.generation_tokens_total += generated

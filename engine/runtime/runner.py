@@ -13,6 +13,7 @@ at a time.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -217,6 +218,9 @@ class FallbackRunner:
         self.max_len = max_len
         self.device = next(model.parameters()).device
         self.fault_hook: Callable[[Sequence], None] | None = None
+        # transformers renamed `past_key_values` to `cache` (5.x deprecation); use what exists
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @property
     def kv_bytes(self) -> int:
@@ -243,8 +247,8 @@ class FallbackRunner:
             ids = torch.tensor([seq.token_slice(it.start, it.start + it.num_tokens)],
                                device=self.device)
             pos = torch.arange(it.start, it.start + it.num_tokens, device=self.device)[None]
-            out = self.model(input_ids=ids, past_key_values=cache, position_ids=pos,
-                             use_cache=True)
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=True,
+                             **{self._cache_kw: cache})
             if it.samples:
                 rows.append(out.logits[0, -1].float())
         return torch.stack(rows) if rows else torch.empty(0, 0)

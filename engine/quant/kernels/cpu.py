@@ -2,51 +2,67 @@
 
 * W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales). Its
   fp32-activation variant is ~10x slower than an fp32 GEMM, so fp32 models run this layer with
-  bf16 activations (rounding well below the int8 weight error).
-* W8A8: oneDNN `qlinear_pointwise` on a prepacked int8 weight, u8 activations with zero point
-  128 (symmetric int8 shifted), fp32 output; per-token scales are applied to the output rows,
-  which is exact because each row's scale factors out of its dot products.
-  `torch._int_mm` is exact but 10-40x slower than this on CPU; fbgemm `linear_dynamic` quantizes
-  activations per tensor (and with reduce_range to 7 bits), which is what made the default
-  quantize_dynamic inaccurate.
-* CPUs without VNNI multiply u8 x s8 pairs into a saturating int16 (vpmaddubsw): full-range
-  weights overflow and give large errors. A one-off probe detects that and then packs 7-bit
-  weights (|q| <= 63), which cannot overflow, for this CPU only; stored and exported weights
-  stay 8-bit.
+  bf16 activations (rounding well below the int8 weight error). It needs K % 8 == 0 (it crashes
+  otherwise), so other widths are zero-padded.
+* W8A8: fbgemm's int8 GEMM (`quantized::linear_dynamic` on a per-channel prepacked weight), fed
+  rows that are already integers plus one calibration row holding 0 and 255: the op's own
+  activation quantizer then picks scale 1 and zero point 0 and reproduces our int8 values
+  exactly, so per-token (or static per-tensor) symmetric activations are computed with the
+  fast kernel. Per-token scales multiply the output rows (exact: a row's scale factors out).
+  `torch._int_mm` is exact but 10-40x slower on CPU; oneDNN `qlinear_pointwise` was 3-5x
+  slower than fbgemm at decode sizes here; the op's default use (one 7-bit asymmetric range per
+  tensor) is what made `quantize_dynamic` inaccurate.
+* CPUs without VNNI (AVX2) multiply u8 x s8 pairs into a saturating int16 (vpmaddubsw), so
+  full-range u8 rows overflow. A one-off probe detects that; then each int8 activation q is split
+  into nibbles, q = 16 * hi + lo (hi + 8 and lo both in [0, 15], which cannot overflow), both
+  stacked as rows of ONE GEMM and recombined: exact 8-bit math, the weight still read once per
+  step. (Packing 7-bit weights instead was measured 3x worse in perplexity on stories260K.)
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
 from engine.quant import qmath
 
 
+def _prepack(q: torch.Tensor, scale: torch.Tensor):
+    """fbgemm per-channel packed weight from int8 q (N, K) and fp32 scales (N,)."""
+    prev = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = "fbgemm"
+        with warnings.catch_warnings():  # quantized tensors are deprecated; the kernels are not
+            warnings.simplefilter("ignore")
+            qw = torch._make_per_channel_quantized_tensor(
+                q.contiguous(), scale.double(), torch.zeros(q.shape[0], dtype=torch.long), 0)
+        return torch.ops.quantized.linear_prepack(qw, None)
+    finally:
+        torch.backends.quantized.engine = prev
+
+
+def _int_rows_gemm(rows: torch.Tensor, packed) -> torch.Tensor:
+    """sum_k rows[m, k] * q[n, k] * scale[n] for integer-valued rows in [0, 255]."""
+    pin = rows.new_zeros(1, rows.shape[1])
+    pin[0, 0] = 255.0  # pins the op's dynamic range to [0, 255]: scale 1, zero point 0
+    return torch.ops.quantized.linear_dynamic(torch.cat([rows, pin]), packed, False)[:-1]
+
+
 @functools.lru_cache(maxsize=1)
 def int16_saturation() -> bool:
     """True when this CPU's int8 GEMM saturates pairwise u8*s8 sums (no VNNI)."""
     k, n = 64, 16
-    w = torch.full((n, k), 127, dtype=torch.int8)
-    packed = torch.ops.onednn.qlinear_prepack(w, None)
-    ones = torch.ones(n)
-    zp = torch.zeros(n, dtype=torch.long)
+    packed = _prepack(torch.full((n, k), 127, dtype=torch.int8), torch.ones(n))
     for m in (1, 32):
-        q = torch.full((m, k), 255, dtype=torch.uint8)  # int8 value 127 with zero point 128
-        y = torch.ops.onednn.qlinear_pointwise(q, 1.0, 128, packed, ones, zp, None, 1.0, 0,
-                                               torch.float32, "none", [], "")
-        if not torch.allclose(y, torch.full_like(y, 127.0 * 127.0 * k)):
+        y = _int_rows_gemm(torch.full((m, k), 255.0), packed)
+        if not torch.allclose(y, torch.full_like(y, 255.0 * 127.0 * k)):
             return True
     return False
 
 
-def _onednn_ok() -> bool:
-    return hasattr(torch.ops, "onednn") and hasattr(torch.ops.onednn, "qlinear_pointwise")
-
-
 class CpuBackend:
-    # oneDNN keeps its own blocked copy of the weight; the plain one can then be released
     def packs_own_copy(self, mod) -> bool:
         """True when forward no longer reads mod.weight once prepared."""
         return mod.method != "w8a16"
@@ -58,18 +74,20 @@ class CpuBackend:
             return cached
         if mod.method == "w8a16":
             if mod.group_size:
-                cached = (None,)
+                cached = (None, None)
+            elif mod.in_features % 8:
+                # _weight_int8pack_mm reads K in blocks of 8 and crashes otherwise: zero-pad
+                pad = 8 - mod.in_features % 8
+                w = torch.nn.functional.pad(mod.weight, (0, pad))
+                cached = (mod.weight_scale.to(torch.bfloat16), w)
             else:
-                cached = (mod.weight_scale.to(torch.bfloat16),)
+                cached = (mod.weight_scale.to(torch.bfloat16), None)
         else:
-            q, scale = mod.weight, mod.weight_scale.float()
-            if int16_saturation():
-                # halve to 7 bits: |q| <= 63 keeps 2 * 255 * 63 under the int16 limit
-                q = torch.round(q.float() / 2).clamp_(-63, 63).to(torch.int8)
-                scale = scale * 2
-            packed = torch.ops.onednn.qlinear_prepack(q.contiguous(), None)
-            zp = torch.zeros(mod.out_features, dtype=torch.long)
-            cached = (packed, scale.contiguous(), zp)
+            scale = mod.weight_scale.float()
+            packed = _prepack(mod.weight, scale)
+            # sum_k q[n, k] * scale[n]: undoes the constant added to make rows non-negative
+            colsum = (mod.weight.float().sum(1) * scale).contiguous()
+            cached = (packed, colsum)
         mod._cache[key] = cached
         return cached
 
@@ -85,7 +103,7 @@ class CpuBackend:
         return y.to(x.dtype)
 
     def _w8a16(self, mod, x: torch.Tensor) -> torch.Tensor:
-        (scale_bf16,) = self.prepare(mod)
+        scale_bf16, padded = self.prepare(mod)
         xb = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
         if scale_bf16 is None:
             # per-group scales: no fused CPU kernel, so product per group in bf16, fp32 sum
@@ -95,18 +113,22 @@ class CpuBackend:
             xg = xb.view(xb.shape[0], k // g, g)
             part = torch.einsum("mgk,ngk->mgn", xg, wg).float()
             return (part * mod.weight_scale.t().unsqueeze(0)).sum(1)
+        if padded is not None:
+            xb = torch.nn.functional.pad(xb, (0, padded.shape[1] - xb.shape[1]))
+            return torch._weight_int8pack_mm(xb.contiguous(), padded, scale_bf16)
         return torch._weight_int8pack_mm(xb.contiguous(), mod.weight, scale_bf16)
 
     def _w8a8(self, mod, x: torch.Tensor) -> torch.Tensor:
-        packed, wscale, zp = self.prepare(mod)
+        packed, colsum = self.prepare(mod)
         xf = x.float()
-        if mod.method == "w8a8-static":
-            sx = float(mod.input_scale)
-            q = qmath.quantize_act(xf, sx).add_(128).to(torch.uint8)
-            return torch.ops.onednn.qlinear_pointwise(q, sx, 128, packed, wscale, zp, None, 1.0,
-                                                      0, torch.float32, "none", [], "")
-        sx = qmath.per_token_scale(xf)
-        q = qmath.quantize_act(xf, sx).add_(128).to(torch.uint8)
-        y = torch.ops.onednn.qlinear_pointwise(q, 1.0, 128, packed, wscale, zp, None, 1.0, 0,
-                                               torch.float32, "none", [], "")
+        sx = (mod.input_scale.float() if mod.method == "w8a8-static"
+              else qmath.per_token_scale(xf))
+        q = qmath.quantize_act(xf, sx)
+        if int16_saturation():
+            m = q.shape[0]
+            hi = torch.floor(q / 16)
+            out = _int_rows_gemm(torch.cat([hi + 8, q - 16 * hi]), packed)
+            y = out[:m].sub_(colsum, alpha=8).mul_(16).add_(out[m:])
+        else:
+            y = _int_rows_gemm(q.add_(128), packed).sub_(colsum, alpha=128)
         return y.mul_(sx)

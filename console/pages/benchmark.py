@@ -1,0 +1,556 @@
+"""Benchmark: an offline batch sweep of a loaded model and serving runs against this console's
+server or any OpenAI-compatible URL, with plots, a results history and CSV / JSON / PNG export.
+
+Both benchmarks are engine.bench functions run as BackgroundJobs: the sweep builds its own
+engine over a fresh copy of the model (so its numbers are not mixed with Chat traffic), the
+serving run is a real HTTP load generator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from console.pages.base import Page
+from console.pages.bench_store import (
+    BenchRecord,
+    BenchStore,
+    export_csv,
+    export_json,
+    offline_record,
+    serving_record,
+)
+from console.pages.jobs import BackgroundJob
+from console.theme import current_theme
+from console.widgets.bars import BarChart, radio_style
+from console.widgets.basic import card, muted, page_title
+from console.widgets.job_progress import JobProgress
+
+BATCH_CHOICES = (1, 2, 4, 8, 16)
+
+
+def _title(text: str) -> QLabel:
+    t = QLabel(text)
+    t.setObjectName("CardTitle")
+    return t
+
+
+def _fmt(v, spec=".1f", unit="") -> str:
+    return "—" if v is None else f"{format(v, spec)}{unit}"
+
+
+class BenchmarkPage(Page):
+    page_id = "benchmark"
+    title = "Benchmark"
+    icon = "▤"
+
+    def __init__(self, ctx, parent=None):
+        super().__init__(ctx, parent)
+        self.store = BenchStore()
+        self.job: BackgroundJob | None = None
+        self.record: BenchRecord | None = None
+        self.last_error = ""
+        root = QHBoxLayout(self)
+        root.setContentsMargins(16, 12, 16, 12)
+        root.setSpacing(10)
+
+        left = QVBoxLayout()
+        left.setSpacing(10)
+        left.addWidget(page_title("Benchmark"))
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._build_offline(), "Offline sweep")
+        self.tabs.addTab(self._build_serving(), "Serving")
+        left.addWidget(self.tabs)
+        brow = QHBoxLayout()
+        self.run_btn = QPushButton("Run benchmark")
+        self.run_btn.setProperty("primary", True)
+        self.run_btn.clicked.connect(self.start)
+        brow.addWidget(self.run_btn)
+        brow.addStretch(1)
+        left.addLayout(brow)
+        self.progress = JobProgress("Pick a benchmark and press Run.")
+        left.addWidget(self.progress)
+        hist = card()
+        hv = QVBoxLayout(hist)
+        hv.setContentsMargins(12, 10, 12, 10)
+        hv.addWidget(_title("History"))
+        self.history = QTableWidget(0, 2)
+        self.history.setHorizontalHeaderLabels(["When", "Run"])
+        self.history.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeToContents)
+        self.history.horizontalHeader().setSectionResizeMode(1, QHeaderView.Stretch)
+        self.history.verticalHeader().setVisible(False)
+        self.history.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.history.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.history.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.history.cellClicked.connect(lambda r, _c: self.show_record(self._records[r]))
+        hv.addWidget(self.history, 1)
+        self.history_empty = muted("Finished runs are kept here.")
+        hv.addWidget(self.history_empty)
+        left.addWidget(hist, 1)
+        lw = QWidget()
+        lw.setLayout(left)
+        lw.setMaximumWidth(480)
+        root.addWidget(lw, 2)
+
+        right = card()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(12, 10, 12, 10)
+        top = QHBoxLayout()
+        self.result_title = _title("No result yet")
+        self.result_title.setWordWrap(True)
+        top.addWidget(self.result_title, 1)
+        self.export_buttons = []
+        for label, fn in (("CSV", self.export_csv), ("JSON", self.export_json),
+                          ("PNG", self.export_png)):
+            b = QPushButton(f"Export {label}")
+            b.setEnabled(False)
+            b.clicked.connect(lambda _c=False, f=fn: f())
+            self.export_buttons.append(b)
+            top.addWidget(b)
+        rv.addLayout(top)
+        self.roofline_label = QLabel("")
+        self.roofline_label.setWordWrap(True)
+        self.roofline_label.setTextFormat(Qt.RichText)
+        rv.addWidget(self.roofline_label)
+        self.plots = QStackedWidget()
+        self.empty_plot = muted("Run a sweep or a serving benchmark: plots and numbers appear "
+                                "here, and every run is kept in the history.")
+        self.empty_plot.setAlignment(Qt.AlignCenter)
+        self.empty_plot.setWordWrap(True)
+        self.plots.addWidget(self.empty_plot)
+        self.offline_plots = self._build_offline_plots()
+        self.plots.addWidget(self.offline_plots)
+        self.serving_chart = BarChart("Latency percentiles", "ms")
+        self.plots.addWidget(self.serving_chart)
+        rv.addWidget(self.plots, 3)
+        self.table = QTableWidget(0, 0)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        rv.addWidget(self.table, 2)
+        self.notes = muted("")
+        self.notes.setWordWrap(True)
+        rv.addWidget(self.notes)
+        root.addWidget(right, 3)
+
+        self.setStyleSheet(radio_style())
+        ctx.engine_host.models_changed.connect(self.set_models)
+        self.set_models(ctx.engine_host.models())
+        self.refresh_history()
+
+    # ------------------------------------------------------------------ forms
+
+    def _build_offline(self) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.model_box = QComboBox()
+        form.addRow("Model", self.model_box)
+        brow = QHBoxLayout()
+        self.batch_checks: dict[int, QCheckBox] = {}
+        for b in BATCH_CHOICES:
+            c = QCheckBox(str(b))
+            c.setChecked(True)
+            self.batch_checks[b] = c
+            brow.addWidget(c)
+        brow.addStretch(1)
+        form.addRow("Batch sizes", brow)
+        self.input_len = QSpinBox()
+        self.input_len.setRange(1, 8192)
+        self.input_len.setValue(128)
+        self.output_len = QSpinBox()
+        self.output_len.setRange(2, 8192)
+        self.output_len.setValue(128)
+        form.addRow("Prompt tokens", self.input_len)
+        form.addRow("New tokens", self.output_len)
+        note = muted("Runs on a separate copy of the model, greedy, fixed lengths.")
+        note.setWordWrap(True)
+        form.addRow(note)
+        return w
+
+    def _build_serving(self) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.target_local = QRadioButton("This console's server")
+        self.target_url = QRadioButton("URL")
+        self.target_local.setChecked(True)
+        group = QButtonGroup(w)
+        group.addButton(self.target_local)
+        group.addButton(self.target_url)
+        self.url_edit = QLineEdit()
+        self.url_edit.setPlaceholderText("http://host:8000 (any OpenAI-compatible server)")
+        self.url_edit.textChanged.connect(lambda t: t and self.target_url.setChecked(True))
+        trow = QHBoxLayout()
+        trow.addWidget(self.target_local)
+        trow.addWidget(self.target_url)
+        trow.addStretch(1)
+        form.addRow("Target", trow)
+        form.addRow("", self.url_edit)
+        self.key_edit = QLineEdit()
+        self.key_edit.setEchoMode(QLineEdit.Password)
+        self.key_edit.setPlaceholderText("API key, if the server needs one")
+        form.addRow("API key", self.key_edit)
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("first model the server lists")
+        form.addRow("Model", self.model_edit)
+        lrow = QHBoxLayout()
+        self.mode_conc = QRadioButton("Concurrency")
+        self.mode_rate = QRadioButton("Rate (req/s)")
+        self.mode_conc.setChecked(True)
+        mg = QButtonGroup(w)
+        mg.addButton(self.mode_conc)
+        mg.addButton(self.mode_rate)
+        self.concurrency = QSpinBox()
+        self.concurrency.setRange(1, 1024)
+        self.concurrency.setValue(4)
+        self.rate = QDoubleSpinBox()
+        self.rate.setRange(0.1, 1000.0)
+        self.rate.setValue(2.0)
+        lrow.addWidget(self.mode_conc)
+        lrow.addWidget(self.concurrency, 1)
+        rrow = QHBoxLayout()
+        rrow.addWidget(self.mode_rate)
+        rrow.addWidget(self.rate, 1)
+        form.addRow("Load", lrow)
+        form.addRow("", rrow)
+        self.num_prompts = QSpinBox()
+        self.num_prompts.setRange(1, 100000)
+        self.num_prompts.setValue(32)
+        form.addRow("Requests", self.num_prompts)
+        srow = QHBoxLayout()
+        self.s_input = QSpinBox()
+        self.s_input.setRange(1, 8192)
+        self.s_input.setValue(64)
+        self.s_output = QSpinBox()
+        self.s_output.setRange(1, 8192)
+        self.s_output.setValue(64)
+        srow.addWidget(self.s_input)
+        srow.addWidget(muted("prompt +"))
+        srow.addWidget(self.s_output)
+        srow.addWidget(muted("new tokens"))
+        form.addRow("Lengths", srow)
+        grow = QHBoxLayout()
+        self.slo_ttft = QSpinBox()
+        self.slo_tpot = QSpinBox()
+        for box, label in ((self.slo_ttft, "TTFT ≤"), (self.slo_tpot, "TPOT ≤")):
+            box.setRange(0, 600000)
+            box.setSuffix(" ms")
+            box.setSpecialValueText("off")
+            grow.addWidget(muted(label))
+            grow.addWidget(box)
+        self.slo_ttft.setValue(1000)
+        self.slo_tpot.setValue(200)
+        form.addRow("Goodput SLO", grow)
+        return w
+
+    def _build_offline_plots(self) -> QWidget:
+        w = QWidget()
+        lay = QHBoxLayout(w)
+        lay.setContentsMargins(0, 0, 0, 0)
+        theme = current_theme()
+        self.tput_plot = pg.PlotWidget()
+        self.ttft_plot = pg.PlotWidget()
+        for plot, title in ((self.tput_plot, "Tokens/s by batch size"),
+                            (self.ttft_plot, "TTFT by batch size (ms)")):
+            plot.setBackground(theme.color("plot_bg"))
+            item = plot.getPlotItem()
+            item.setMenuEnabled(False)
+            item.hideButtons()
+            item.showGrid(x=True, y=True, alpha=0.15)
+            plot.setMouseEnabled(x=False, y=False)
+            for axis in ("left", "bottom"):
+                ax = item.getAxis(axis)
+                ax.setTextPen(theme.color("plot_fg"))
+                ax.setPen(theme.color("border"))
+            item.setTitle(f"<span style='color:{theme.color('plot_fg')}'>{title}</span>",
+                          size="9pt")
+            lay.addWidget(plot)
+        legend = self.tput_plot.getPlotItem().addLegend(offset=(4, 4), labelTextSize="8pt")
+        legend.setBrush(pg.mkBrush(theme.color("panel") + "c0"))
+        legend.setLabelTextColor(theme.color("fg"))
+        return w
+
+    def set_models(self, models) -> None:
+        current = self.model_box.currentText()
+        self.model_box.clear()
+        for m in models:
+            self.model_box.addItem(m.name, m.path)
+        i = self.model_box.findText(current)
+        if i >= 0:
+            self.model_box.setCurrentIndex(i)
+
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(b for b, c in self.batch_checks.items() if c.isChecked())
+
+    # ------------------------------------------------------------------ run
+
+    def busy(self) -> bool:
+        return self.job is not None and self.job.running()
+
+    def start(self) -> BackgroundJob | None:
+        if self.busy():
+            return None
+        try:
+            fn, kind = (self._offline_job() if self.tabs.currentIndex() == 0
+                        else self._serving_job())
+        except ValueError as exc:
+            self.last_error = str(exc)
+            self.progress.finish(f"⚠ {exc}")
+            return None
+        from engine.bench.progress import BenchError  # noqa: F401 - imported for the worker
+
+        self.last_error = ""
+        self.job = BackgroundJob(fn, kind, parent=self)
+        self.progress.bind(self.job)
+        self.run_btn.setEnabled(False)
+        self.job.finished.connect(self._on_result)
+        self.job.failed.connect(self._on_failed)
+        self.job.cancelled.connect(lambda: self.progress.finish("Cancelled."))
+        self.job.ended.connect(lambda: self.run_btn.setEnabled(True))
+        self.job.start()
+        return self.job
+
+    def _offline_job(self):
+        from engine.bench import OfflineConfig, run_offline_sweep
+
+        path = self.model_box.currentData()
+        if not path:
+            raise ValueError("Load a model first (Models page): the sweep benchmarks a loaded "
+                             "model.")
+        sizes = self.batch_sizes()
+        if not sizes:
+            raise ValueError("Tick at least one batch size.")
+        cfg = OfflineConfig(model=path, batch_sizes=sizes, input_len=self.input_len.value(),
+                            output_len=self.output_len.value(), num_threads=1)
+        name = self.model_box.currentText()
+
+        def work(report):
+            res = run_offline_sweep(cfg, progress=lambda p: report(p.fraction, p.message),
+                                    cancel=report.cancel)
+            res.model["name"] = name
+            if not res.batches and res.cancelled:
+                return None
+            return offline_record(res)
+        return work, "offline"
+
+    def _serving_job(self):
+        from engine.bench import SLO, ServingConfig, run_serving_benchmark
+
+        if self.target_local.isChecked():
+            server = self._server_page()
+            if server is None or not server.running():
+                raise ValueError("This console's server is not running: start it on the Server "
+                                 "page, or choose a URL.")
+            url = server.url
+            key = server.api_key.text().strip() or None
+        else:
+            url = self.url_edit.text().strip()
+            if not url.startswith(("http://", "https://")):
+                raise ValueError("Enter the server's URL, starting with http:// or https://")
+            key = self.key_edit.text().strip() or None
+        slo = SLO(ttft_ms=self.slo_ttft.value() or None, tpot_ms=self.slo_tpot.value() or None)
+        cfg = ServingConfig(base_url=url, model=self.model_edit.text().strip() or None,
+                            api_key=key, num_prompts=self.num_prompts.value(),
+                            concurrency=self.concurrency.value() if self.mode_conc.isChecked()
+                            else None,
+                            rate=self.rate.value() if self.mode_rate.isChecked() else None,
+                            input_len=self.s_input.value(), output_len=self.s_output.value(),
+                            slo=slo)
+
+        def work(report):
+            res = run_serving_benchmark(cfg, progress=lambda p: report(p.fraction, p.message),
+                                        cancel=report.cancel)
+            if not res.requests and res.cancelled:
+                return None
+            return serving_record(res)
+        return work, "serving"
+
+    def _server_page(self):
+        win = self.window()
+        try:
+            return win.page("server")
+        except (AttributeError, StopIteration):
+            return None
+
+    def _on_failed(self, msg: str) -> None:
+        self.last_error = msg
+        self.progress.finish(f"⚠ {msg}")
+
+    def _on_result(self, rec: BenchRecord) -> None:
+        self.store.add(rec)
+        self.refresh_history()
+        self.show_record(rec)
+        self.progress.finish(f"Done: {rec.title}")
+
+    # ------------------------------------------------------------------ results
+
+    def refresh_history(self) -> None:
+        self._records = self.store.load()
+        self.history.setRowCount(len(self._records))
+        for r, rec in enumerate(self._records):
+            when = rec.created[5:16].replace("T", " ")
+            self.history.setItem(r, 0, QTableWidgetItem(when))
+            item = QTableWidgetItem(f"{rec.kind}: {rec.title}")
+            item.setToolTip(rec.title)
+            self.history.setItem(r, 1, item)
+        self.history_empty.setVisible(not self._records)
+
+    def show_record(self, rec: BenchRecord) -> None:
+        self.record = rec
+        for b in self.export_buttons:
+            b.setEnabled(True)
+        self.result_title.setText(f"{rec.kind.title()}: {rec.title}")
+        if rec.kind == "offline":
+            self._show_offline(rec.document)
+        else:
+            self._show_serving(rec.document)
+        self.notes.setText("\n".join(f"note: {n}" for n in rec.document.get("notes", [])))
+
+    def _fill_table(self, headers: list[str], rows: list[list[str]]) -> None:
+        self.table.clear()
+        self.table.setColumnCount(len(headers))
+        self.table.setRowCount(len(rows))
+        self.table.setHorizontalHeaderLabels(headers)
+        for r, row in enumerate(rows):
+            for c, text in enumerate(row):
+                item = QTableWidgetItem(text)
+                item.setTextAlignment(Qt.AlignCenter)
+                self.table.setItem(r, c, item)
+
+    def _show_offline(self, doc: dict) -> None:
+        batches = doc.get("batches", [])
+        theme = current_theme()
+        xs = [b["batch_size"] for b in batches]
+        pos = list(range(len(xs)))
+        ticks = [[(i, str(x)) for i, x in zip(pos, xs)]]
+        self.tput_plot.clear()
+        self.ttft_plot.clear()
+        series = (("output tok/s", "output_tokens_per_s", 0, False),
+                  ("decode tok/s", "decode_tokens_per_s", 1, False),
+                  ("bandwidth limit", "roofline_tokens_per_s", 3, True))
+        for name, key, color, dashed in series:
+            ys = [b.get(key) for b in batches]
+            pts = [(p, y) for p, y in zip(pos, ys) if y is not None]
+            if not pts:
+                continue
+            pen = pg.mkPen(theme.series[color], width=2,
+                           style=Qt.DashLine if dashed else Qt.SolidLine)
+            self.tput_plot.plot([p for p, _ in pts], [y for _, y in pts], pen=pen, name=name,
+                                symbol=None if dashed else "o", symbolSize=6,
+                                symbolBrush=theme.series[color])
+        tt = [(p, b.get("ttft_ms_mean")) for p, b in zip(pos, batches)
+              if b.get("ttft_ms_mean") is not None]
+        if tt:
+            self.ttft_plot.plot([p for p, _ in tt], [y for _, y in tt],
+                                pen=pg.mkPen(theme.series[2], width=2), symbol="o",
+                                symbolSize=6, symbolBrush=theme.series[2])
+        for plot in (self.tput_plot, self.ttft_plot):
+            plot.getPlotItem().getAxis("bottom").setTicks(ticks)
+            plot.getPlotItem().setLabel("bottom", "batch size")
+            plot.enableAutoRange()
+        self.plots.setCurrentWidget(self.offline_plots)
+        self._fill_table(
+            ["Batch", "Output tok/s", "Decode tok/s", "TTFT ms", "TPOT ms", "Peak memory",
+             "Roofline %"],
+            [[str(b["batch_size"]), _fmt(b.get("output_tokens_per_s")),
+              _fmt(b.get("decode_tokens_per_s")), _fmt(b.get("ttft_ms_mean")),
+              _fmt(b.get("tpot_ms_mean"), ".2f"),
+              _fmt(b["peak_memory_bytes"] / 2**20 if b.get("peak_memory_bytes") else None,
+                   ".0f", " MiB"),
+              _fmt(b["bandwidth_share"] * 100 if b.get("bandwidth_share") is not None
+                   else None, ".0f", "%")] for b in batches])
+        self.roofline_label.setText(roofline_text(doc))
+
+    def _show_serving(self, doc: dict) -> None:
+        m = doc.get("metrics", {})
+        labels, values = [], []
+        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
+                          ("E2EL", "e2el_ms")):
+            d = m.get(key) or {}
+            for stat in ("p50", "p90", "p99"):
+                if d.get(stat) is not None:
+                    labels.append(f"{name} {stat}")
+                    values.append(d[stat])
+        self.serving_chart.set_bars(labels, values, label_width=80)
+        self.plots.setCurrentWidget(self.serving_chart)
+        rows = []
+        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
+                          ("E2EL", "e2el_ms")):
+            d = m.get(key) or {}
+            rows.append([name] + [_fmt(d.get(s), ".1f") for s in ("mean", "p50", "p90", "p99")])
+        self._fill_table(["Latency (ms)", "mean", "p50", "p90", "p99"], rows)
+        good = m.get("request_goodput")
+        self.roofline_label.setText(
+            f"<b>{m.get('completed', 0)}</b> requests ok, {m.get('failed', 0)} failed in "
+            f"{_fmt(m.get('duration_s'), '.1f')} s · throughput <b>"
+            f"{_fmt(m.get('output_throughput'))} tok/s</b>, {_fmt(m.get('request_throughput'), '.2f')}"
+            f" req/s · goodput "
+            + (f"<b>{good:.2f} req/s</b> ({m.get('good_requests')} met the SLO)"
+               if good is not None else "off (no SLO)")
+            + f" · peak concurrency {m.get('max_concurrency_seen', 0)}")
+
+    # ------------------------------------------------------------------ export
+
+    def _ask_path(self, suffix: str) -> str | None:
+        default = str(Path.home() / f"npu-console-{self.record.kind}-"
+                      f"{self.record.created.replace(':', '')[:15]}.{suffix}")
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {suffix.upper()}", default,
+                                              f"{suffix.upper()} (*.{suffix})")
+        return path or None
+
+    def export_csv(self, path: str | None = None) -> Path | None:
+        if self.record is None or not (path := path or self._ask_path("csv")):
+            return None
+        return export_csv(self.record, path)
+
+    def export_json(self, path: str | None = None) -> Path | None:
+        if self.record is None or not (path := path or self._ask_path("json")):
+            return None
+        return export_json(self.record, path)
+
+    def export_png(self, path: str | None = None) -> Path | None:
+        if self.record is None or not (path := path or self._ask_path("png")):
+            return None
+        self.plots.currentWidget().grab().save(str(path))
+        return Path(path)
+
+    def shutdown(self) -> None:
+        if self.busy():
+            self.job.cancel()
+
+
+def roofline_text(doc: dict) -> str:
+    """Decode rate against what the device's memory bandwidth allows for this model."""
+    bw = doc.get("bandwidth")
+    batches = [b for b in doc.get("batches", []) if b.get("bandwidth_share") is not None]
+    if not bw or not batches:
+        return "No memory-bandwidth figure for this device: the roofline share is not shown."
+    b1 = batches[0]
+    best = max(batches, key=lambda b: b["bandwidth_share"])
+    return (f"Decode at batch {b1['batch_size']}: <b>{b1['decode_tokens_per_s']:.1f} tok/s = "
+            f"{100 * b1['bandwidth_share']:.0f}%</b> of the memory-bandwidth limit "
+            f"({b1['roofline_tokens_per_s']:.1f} tok/s at {bw['gbps']:.1f} GB/s, {bw['source']})"
+            f"; best {100 * best['bandwidth_share']:.0f}% at batch {best['batch_size']}.")

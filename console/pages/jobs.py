@@ -1,0 +1,134 @@
+"""Long work off the GUI thread: a worker thread that reports progress, can be cancelled, and
+hands its result (or a one-line error) back to the GUI thread through queued signals."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+log = logging.getLogger(__name__)
+
+# worker code may report thousands of steps; the GUI needs a few a second
+_MIN_EMIT_S = 0.05
+_DIGITS = re.compile(r"[\d/.,]+")
+
+
+class JobCancelled(Exception):
+    """Raised by Reporter.check() once cancel was requested."""
+
+
+class Reporter:
+    """What the worker function receives: report progress, look at the cancel flag."""
+
+    def __init__(self, job: BackgroundJob):
+        self._job = job
+        self.cancel = job.cancel_event
+        self._last_emit = 0.0
+        self._last_stage = ""
+
+    def __call__(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        fraction = max(0.0, min(1.0, float(fraction)))
+        self._job.fraction = fraction
+        stage = _DIGITS.sub("", message)  # "calibrating 3/64" and "…4/64" are one stage
+        if stage != self._last_stage or now - self._last_emit >= _MIN_EMIT_S or fraction >= 1.0:
+            self._last_emit, self._last_stage = now, stage
+            self._job.progress.emit(fraction, message)
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise JobCancelled()
+
+
+class BackgroundJob(QObject):
+    """Run `fn(reporter)` on a daemon thread; exactly one of finished / failed / cancelled fires.
+
+    `cancelled_types`: exception types the worker raises when it noticed the cancel flag (the
+    engine has its own Cancelled classes); they end in `cancelled`, not `failed`.
+    """
+
+    progress = Signal(float, str)
+    finished = Signal(object)
+    failed = Signal(str)
+    cancelled = Signal()
+    ended = Signal()  # after any of the three
+
+    def __init__(self, fn: Callable[[Reporter], Any], name: str,
+                 cancelled_types: tuple[type[BaseException], ...] = (), parent=None):
+        super().__init__(parent)
+        self.fn = fn
+        self.name = name
+        self.cancelled_types = (JobCancelled, *cancelled_types)
+        self.cancel_event = threading.Event()
+        self.fraction = 0.0
+        self.started_at: float | None = None
+        self.thread: threading.Thread | None = None
+        self.done = False  # set on the worker thread
+        self._ended_here = False  # set on the GUI thread, after the result slots ran
+        self.ended.connect(self._mark_ended)
+
+    def start(self) -> BackgroundJob:
+        self.started_at = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name=f"job-{self.name}", daemon=True)
+        self.thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def running(self) -> bool:
+        """True until the GUI thread has handled the outcome (the signals are queued)."""
+        return self.thread is not None and not self._ended_here
+
+    def _mark_ended(self) -> None:
+        self._ended_here = True
+
+    def eta_s(self) -> float | None:
+        """Seconds left, extrapolated from the progress so far (None until it means something)."""
+        if self.started_at is None or self.fraction < 0.03:
+            return None
+        elapsed = time.monotonic() - self.started_at
+        if elapsed < 1.0:
+            return None
+        return elapsed * (1.0 - self.fraction) / self.fraction
+
+    def _run(self) -> None:
+        reporter = Reporter(self)
+        try:
+            result = self.fn(reporter)
+        except self.cancelled_types:
+            self.done = True
+            self.cancelled.emit()
+        except Exception as exc:  # every failure becomes one sentence for the page
+            self.done = True
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.info("job %s failed: %s", self.name, text, exc_info=not _user_error(exc))
+            self.failed.emit(text)
+        else:
+            self.done = True
+            if self.cancel_event.is_set() and result is None:
+                self.cancelled.emit()
+            else:
+                self.finished.emit(result)
+        self.ended.emit()
+
+
+def _user_error(exc: BaseException) -> bool:
+    """Errors that already carry a message for the user (no traceback in the log needed)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"QuantError", "BenchError", "ModelLoadError", "ModelFolderError",
+                         "ServerStartError", "UnsafeSettingsError", "EngineError"})
+
+
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "estimating time left…"
+    if seconds < 60:
+        return f"about {max(1, round(seconds))} s left"
+    return f"about {seconds / 60:.1f} min left"

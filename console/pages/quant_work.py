@@ -1,0 +1,376 @@
+"""What the quantization wizard runs on its worker thread (no Qt here): quantize + export with
+engine.quant, measure float vs INT8 side by side, per-layer sensitivity, re-export, and the
+JSON store of earlier runs so nobody re-measures the same combination.
+
+engine.quant.report.compare_and_write measures the same things but has no cancel and writes
+report files; this adapter calls the same engine.quant.evaluate functions stage by stage so
+the wizard can cancel between them and keep the numbers in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+Report = Callable[[float, str], None]  # fraction 0..1, stage line
+
+PRESET_LABELS = {"all": "All linear layers", "attention": "Attention only",
+                 "no-down-proj": "All but down_proj", "custom": "Custom skip list"}
+METHOD_LABELS = {"w8a16": "W8A16 (int8 weights)", "w8a8-dynamic": "W8A8 dynamic",
+                 "w8a8-static": "W8A8 static"}
+
+
+@dataclass
+class QuantPlan:
+    model_dir: str
+    model_name: str
+    method: str = "w8a8-dynamic"
+    preset: str = "all"  # one of engine.quant.config.PRESETS, or "custom" (= all + skip)
+    skip: tuple[str, ...] = ()
+    smoothquant: float | None = None
+    calib_file: str | None = None  # None: the shipped calibration text
+    samples: int = 64
+    seq_len: int = 256
+    budget_pct: float = 2.0  # allowed perplexity increase for the verdict
+    eval_tokens: int = 2048
+    eval_prompts: int = 4
+    new_tokens: int = 24
+
+    @property
+    def engine_preset(self) -> str:
+        return "all" if self.preset == "custom" else self.preset
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.method == "w8a8-static" or self.smoothquant is not None
+
+    def key(self) -> str:
+        """Identity of the measured combination (budget and display name do not change it)."""
+        ident = {"model": str(Path(self.model_dir).resolve()), "method": self.method,
+                 "preset": self.engine_preset, "skip": sorted(self.skip),
+                 "smoothquant": self.smoothquant,
+                 "calib": (self.calib_file or "shipped") if self.needs_calibration else None,
+                 "samples": self.samples if self.needs_calibration else None,
+                 "seq_len": self.seq_len if self.needs_calibration else None,
+                 "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens]}
+        return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+
+    def describe(self) -> str:
+        parts = [METHOD_LABELS.get(self.method, self.method)]
+        if self.smoothquant is not None:
+            parts.append(f"SmoothQuant α={self.smoothquant:g}")
+        parts.append(PRESET_LABELS.get(self.preset, self.preset))
+        if self.skip:
+            parts.append("skip " + ", ".join(self.skip))
+        return " · ".join(parts)
+
+
+@dataclass
+class VariantMeasure:
+    name: str
+    method: str  # "float" or the quantization method
+    disk_bytes: int
+    memory_bytes: int  # resident weights (int8 + scales + float parts)
+    ttft_ms: float
+    tok_s: float  # batch-1 greedy decode
+    perplexity: float
+    greedy_agreement: float | None = None  # vs the float model; None for the float row
+
+
+@dataclass
+class QuantRun:
+    key: str
+    plan: dict
+    created: str
+    out_dir: str
+    fmt: str
+    seconds: float
+    quantized_layers: int
+    skipped_layers: int
+    calib_samples: int
+    float: VariantMeasure
+    quant: VariantMeasure
+    eval_source: str
+
+    @property
+    def ppl_delta_pct(self) -> float:
+        return 100.0 * (self.quant.perplexity / self.float.perplexity - 1.0)
+
+    def within(self, budget_pct: float) -> bool:
+        return self.ppl_delta_pct <= budget_pct
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> QuantRun:
+        d = dict(d)
+        d["float"] = VariantMeasure(**d["float"])
+        d["quant"] = VariantMeasure(**d["quant"])
+        return cls(**d)
+
+
+def default_eval_file() -> Path | None:
+    """Held-out text when the project ships it, else the calibration text."""
+    from engine.paths import CALIB_DIR
+
+    for name in ("heldout_demo.txt", "calibration.txt"):
+        if (CALIB_DIR / name).is_file():
+            return CALIB_DIR / name
+    return None
+
+
+def calib_summary(path: str | None) -> tuple[int, int]:
+    """(documents, words) of a calibration file; raises QuantError with a one-line reason."""
+    from engine.quant.calib import read_texts
+
+    if path is not None and Path(path).is_file() and Path(path).stat().st_size > 200 * 2**20:
+        from engine.quant.config import QuantError
+
+        raise QuantError(f"{path} is larger than 200 MB; pick a smaller calibration file")
+    texts = read_texts(path)
+    return len(texts), sum(len(t.split()) for t in texts)
+
+
+def runs_dir() -> Path:
+    from engine.paths import state_dir
+
+    return state_dir() / "quantized"
+
+
+def _stage(report: Report, lo: float, hi: float) -> Callable[[str, int, int], None]:
+    names = {"load": "loading the float model", "calibrate": "calibrating",
+             "smooth": "SmoothQuant", "quantize": "quantizing layers", "export": "writing"}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        report(lo + (hi - lo) * done / max(total, 1),
+               f"{names.get(stage, stage)} {done}/{total}")
+    return progress
+
+
+def run_plan(plan: QuantPlan, report: Report, cancel, out_dir: str | Path | None = None) -> QuantRun:
+    """Quantize, export (native, atomically), and measure float vs INT8. A cancel at any stage
+    removes the output folder this run wrote, so nothing half-done stays on disk."""
+    from engine.quant.calib import Cancelled
+    from engine.quant.job import QuantizeRequest, run_quantize
+
+    out = Path(out_dir) if out_dir else runs_dir() / f"{plan.model_name}-{plan.method}-{plan.key()}"
+    existed = out.exists()
+    req = QuantizeRequest(model_dir=plan.model_dir, out_dir=str(out), method=plan.method,
+                          fmt="native", preset=plan.engine_preset, skip=tuple(plan.skip),
+                          smoothquant=plan.smoothquant, calib_file=plan.calib_file,
+                          samples=plan.samples, seq_len=plan.seq_len, overwrite=True)
+    t0 = time.perf_counter()
+    result = run_quantize(req, progress=_stage(report, 0.0, 0.55), cancel=cancel)
+    try:
+        fl, qu, source = measure(plan, str(out), report, cancel, 0.55, 1.0)
+    except BaseException:
+        if not existed or cancel.is_set():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    if cancel.is_set():
+        shutil.rmtree(out, ignore_errors=True)
+        raise Cancelled()
+    return QuantRun(key=plan.key(), plan=asdict(plan), created=_now(), out_dir=str(out),
+                    fmt="native", seconds=time.perf_counter() - t0,
+                    quantized_layers=len(result.info.quantized),
+                    skipped_layers=len(result.info.skipped), calib_samples=result.calib_samples,
+                    float=fl, quant=qu, eval_source=source)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
+    from engine.quant.calib import read_texts
+    from engine.quant.config import QuantError
+    from engine.quant.report import text_token_ids
+
+    path = default_eval_file()
+    if path is None and plan.calib_file:
+        path = Path(plan.calib_file)
+    if path is None:
+        raise QuantError("no evaluation text: the shipped calibration text is missing; choose a "
+                         "calibration file on the Calibration step")
+    ids = text_token_ids(tokenizer, read_texts(str(path)))[:plan.eval_tokens]
+    if len(ids) < 64:
+        raise QuantError(f"evaluation text {path.name} is too short ({len(ids)} tokens)")
+    return ids, path.name
+
+
+def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float = 0.0,
+            hi: float = 1.0) -> tuple[VariantMeasure, VariantMeasure, str]:
+    from engine.models.loader import load_model
+    from engine.quant import evaluate as ev
+    from engine.quant.calib import Cancelled
+    from engine.quant.report import dir_bytes
+
+    def check() -> None:
+        if cancel.is_set():
+            raise Cancelled()
+
+    span = hi - lo
+    report(lo, "measuring: loading float and INT8 models")
+    fl = load_model(plan.model_dir, device="cpu", dtype="float32")
+    check()
+    qu = load_model(quant_dir, device="cpu", dtype="float32")
+    ids, source = eval_ids(fl.tokenizer, plan)
+    window = min(int(getattr(fl.config, "max_position_embeddings", 256) or 256), 256)
+    prompts = [ids[i * 48:i * 48 + 12] for i in range(plan.eval_prompts)
+               if len(ids) >= i * 48 + 12]
+    rows, ref = [], None
+    for i, (loaded, path, method) in enumerate(((fl, plan.model_dir, "float"),
+                                                (qu, quant_dir, plan.method))):
+        base = lo + span * i / 2
+        report(base, f"measuring {method}: perplexity")
+        ppl = ev.perplexity(loaded.model, ids, window=window, stride=window,
+                            progress=lambda d, t, b=base, m=method: report(b + span * 0.3 * d / t,
+                                                                 f"measuring {m}: "
+                                                                 f"perplexity {d}/{t}"),
+                            cancel=cancel).perplexity
+        check()
+        report(base + span * 0.3, f"measuring {method}: greedy agreement")
+        greedy = [ev.greedy_tokens(loaded.model, p, plan.new_tokens) for p in prompts]
+        agree = None
+        if ref is None:
+            ref = greedy
+        else:
+            agree = ev.greedy_agreement(ref, greedy)
+        check()
+        report(base + span * 0.4, f"measuring {method}: speed")
+        ev.decode_speed(loaded.model, batch=1, prompt_len=16, new_tokens=4)  # warm-up
+        speed = ev.decode_speed(loaded.model, batch=1, prompt_len=32, new_tokens=plan.new_tokens)
+        check()
+        rows.append(VariantMeasure(name=loaded.name if i == 0 else Path(path).name,
+                                   method=method, disk_bytes=_weights_on_disk(path, dir_bytes),
+                                   memory_bytes=ev.weight_bytes(loaded.model),
+                                   ttft_ms=speed.ttft_s * 1000.0, tok_s=speed.decode_tok_s,
+                                   perplexity=ppl, greedy_agreement=agree))
+    report(hi, "measured")
+    return rows[0], rows[1], source
+
+
+def _weights_on_disk(path: str, dir_bytes) -> int:
+    """Bytes of the checkpoint files (a model folder may also hold unrelated files)."""
+    p = Path(path)
+    files = [f for f in p.iterdir() if f.suffix in (".safetensors", ".bin", ".pt")]
+    return sum(f.stat().st_size for f in files) if files else dir_bytes(p)
+
+
+# ----------------------------------------------------------------------------- sensitivity
+
+
+@dataclass
+class SensitivityResult:
+    ranking: list[tuple[str, float]]  # (layer, KL), most sensitive first
+    skip: list[str]  # recommended skip list for the budget
+    budget_pct: float
+    float_ppl: float
+    quant_ppl: float
+    met: bool
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def delta_pct(self) -> float:
+        return 100.0 * (self.quant_ppl / self.float_ppl - 1.0)
+
+
+def run_sensitivity(plan: QuantPlan, report: Report, cancel, max_samples: int = 4,
+                    max_skip: int = 12) -> SensitivityResult:
+    import torch
+
+    from engine.quant import calib as calib_mod
+    from engine.quant.config import QuantConfig, select_layers
+    from engine.quant.job import load_float_model
+    from engine.quant.sensitivity import layer_sensitivity, recommend_skip
+
+    t0 = time.perf_counter()
+    report(0.0, "sensitivity: loading the float model")
+    cfg = QuantConfig(method=plan.method, preset=plan.engine_preset, skip=tuple(plan.skip),
+                      smoothquant=plan.smoothquant, calib_samples=min(plan.samples, max_samples),
+                      calib_seq_len=min(plan.seq_len, 128))
+    model, tok = load_float_model(plan.model_dir, "cpu", "float32")
+    ids, _source = eval_ids(tok, plan)
+    samples = [torch.tensor([ids[i:i + cfg.calib_seq_len]])
+               for i in range(0, len(ids) - 1, cfg.calib_seq_len)][:cfg.calib_samples]
+    stats = None
+    if cfg.needs_calibration:
+        texts = calib_mod.read_texts(plan.calib_file)
+        csamples = calib_mod.build_samples(tok, texts, cfg.calib_samples, cfg.calib_seq_len)
+        stats = calib_mod.collect_stats(model, csamples, select_layers(model, cfg).quantize,
+                                        progress=_stage(report, 0.02, 0.1), cancel=cancel)
+    ranking = layer_sensitivity(model, cfg, samples, stats,
+                                progress=_stage(report, 0.1, 0.6), cancel=cancel)
+    eval_t = torch.tensor(ids[:1024])
+    window = min(int(getattr(model.config, "max_position_embeddings", 256) or 256), 256)
+    rec = recommend_skip(model, cfg, ranking, eval_t, plan.budget_pct, stats,
+                         max_skip=max_skip, window=window,
+                         progress=_stage(report, 0.6, 1.0), cancel=cancel)
+    return SensitivityResult(ranking=[(r.name, r.kl) for r in ranking], skip=list(rec.skip),
+                             budget_pct=plan.budget_pct, float_ppl=rec.float_ppl,
+                             quant_ppl=rec.quant_ppl, met=rec.met,
+                             seconds=time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- re-export
+
+
+def export_run(run: QuantRun, fmt: str, dest: str | Path, report: Report, overwrite: bool = False) -> Path:
+    """Write the run's checkpoint in another format (every export is atomic)."""
+    from engine.quant.io import export, load_quantized_model
+
+    report(0.1, f"loading {Path(run.out_dir).name}")
+    model = load_quantized_model(run.out_dir, "cpu", "float32")
+    report(0.5, f"writing {fmt}")
+    path = export(model, dest, fmt, source_dir=run.plan["model_dir"], overwrite=overwrite)
+    report(1.0, f"saved {fmt} to {path}")
+    return path
+
+
+# ----------------------------------------------------------------------------- history
+
+
+class QuantRunStore:
+    """Earlier runs as one JSON file under the state dir, newest first, one per combination."""
+
+    def __init__(self, path: str | Path | None = None):
+        if path is None:
+            from engine.paths import state_dir
+
+            path = state_dir() / "quant_runs.json"
+        self.path = Path(path)
+
+    def load(self) -> list[QuantRun]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        runs = []
+        for d in data.get("runs", []) if isinstance(data, dict) else []:
+            try:
+                runs.append(QuantRun.from_dict(d))
+            except (TypeError, KeyError):
+                continue  # a record from an older layout: skip it rather than fail
+        return runs
+
+    def find(self, key: str) -> QuantRun | None:
+        return next((r for r in self.load() if r.key == key), None)
+
+    def add(self, run: QuantRun) -> list[QuantRun]:
+        runs = [run] + [r for r in self.load() if r.key != run.key]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".quant_runs.", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"runs": [r.to_dict() for r in runs]}, fh, indent=1)
+        os.replace(tmp, self.path)
+        return runs

@@ -1,0 +1,461 @@
+"""Server: the OpenAI-compatible HTTP API over the console's own in-process engine.
+
+Start/stop run on a worker thread (binding and uvicorn's start-up, or the stop's grace period,
+must never freeze the window); request-log entries arrive on the server's thread and cross to
+the GUI thread through a queued signal.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+)
+
+from console.pages.base import Page
+from console.theme import current_theme
+from console.widgets.basic import Lamp, card, muted, page_title
+
+LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
+LOG_ROWS = 500
+
+
+class ServerPage(Page):
+    page_id = "server"
+    title = "Server"
+    icon = "⇄"
+
+    log_entry = Signal(object)  # RequestLogEntry, emitted on the server thread
+    _op_done = Signal(str, str, str)  # op, url or "", error or ""
+
+    def __init__(self, ctx, parent=None):
+        super().__init__(ctx, parent)
+        self.controller = None
+        self.request_log = None
+        self._busy = False
+        self._unsubscribe = None
+        self.url: str | None = None
+        self.error_text = ""
+        s = ctx.settings
+
+        root = QVBoxLayout(self)
+        root.setContentsMargins(16, 12, 16, 12)
+        root.setSpacing(10)
+        head = QHBoxLayout()
+        head.addWidget(page_title("Server"))
+        head.addSpacing(12)
+        self.lamp = Lamp("off")
+        head.addWidget(self.lamp)
+        self.state_label = QLabel("Stopped")
+        head.addWidget(self.state_label)
+        head.addStretch(1)
+        self.url_label = QLabel("")
+        self.url_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.url_label.setStyleSheet(f"color: {current_theme().color('accent')}; "
+                                     "font-weight: 600;")
+        head.addWidget(self.url_label)
+        self.switch = QPushButton("Start server")
+        self.switch.setProperty("primary", True)
+        self.switch.setCheckable(True)
+        self.switch.setMinimumWidth(130)
+        self.switch.clicked.connect(self.toggle)
+        head.addWidget(self.switch)
+        root.addLayout(head)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setObjectName("ServerMessage")
+        self.message.hide()
+        root.addWidget(self.message)
+
+        top = QHBoxLayout()
+        top.setSpacing(10)
+        conf = card()
+        cv = QVBoxLayout(conf)
+        cv.setContentsMargins(16, 12, 16, 12)
+        t = QLabel("Settings")
+        t.setObjectName("CardTitle")
+        cv.addWidget(t)
+        form = QFormLayout()
+        self.lan = QCheckBox("Listen on the local network (0.0.0.0)")
+        self.lan.setChecked(s.value("server/lan", False, type=bool))
+        self.lan_warning = QLabel("⚠ Anyone on your network can reach the engine: an API key "
+                                  "is required.")
+        self.lan_warning.setWordWrap(True)
+        self.lan_warning.setStyleSheet(f"color: {current_theme().color('warn')};")
+        form.addRow("Host", self.lan)
+        form.addRow("", self.lan_warning)
+        prow = QHBoxLayout()
+        self.port = QSpinBox()
+        self.port.setRange(1, 65535)
+        self.port.setValue(int(s.value("server/port", 8000)))
+        self.port_status = muted("")
+        prow.addWidget(self.port)
+        prow.addWidget(self.port_status, 1)
+        form.addRow("Port", prow)
+        krow = QHBoxLayout()
+        self.api_key = QLineEdit(str(s.value("server/api_key", "") or ""))
+        self.api_key.setEchoMode(QLineEdit.Password)
+        self.api_key.setPlaceholderText("none (loopback only)")
+        self.show_key = QCheckBox("Show")
+        self.show_key.toggled.connect(lambda on: self.api_key.setEchoMode(
+            QLineEdit.Normal if on else QLineEdit.Password))
+        self.gen_key = QPushButton("Generate")
+        self.gen_key.clicked.connect(self.generate_key)
+        self.copy_key = QPushButton("Copy")
+        self.copy_key.clicked.connect(lambda: self.copy(self.api_key.text()))
+        for w in (self.api_key, self.show_key, self.gen_key, self.copy_key):
+            krow.addWidget(w, 1 if w is self.api_key else 0)
+        form.addRow("API key", krow)
+        self.cors = QLineEdit(str(s.value("server/cors", "") or ""))
+        self.cors.setPlaceholderText("e.g. http://localhost:3000 (comma-separated, * for any)")
+        form.addRow("CORS origins", self.cors)
+        self.max_queue = QSpinBox()
+        self.max_queue.setRange(1, 100000)
+        self.max_queue.setValue(int(s.value("server/max_queue", 256)))
+        self.max_queue.setToolTip("Waiting requests beyond this get HTTP 429 (the engine's queue "
+                                  "limit, shared with Chat)")
+        form.addRow("Max queue", self.max_queue)
+        self.autostart = QCheckBox("Start the server when the console starts")
+        self.autostart.setChecked(s.value("server/autostart", False, type=bool))
+        self.autostart.toggled.connect(lambda on: s.setValue("server/autostart", on))
+        form.addRow("", self.autostart)
+        cv.addLayout(form)
+        cv.addStretch(1)
+        top.addWidget(conf, 1)
+
+        snip = card()
+        sv = QVBoxLayout(snip)
+        sv.setContentsMargins(16, 12, 16, 12)
+        t = QLabel("Use it")
+        t.setObjectName("CardTitle")
+        sv.addWidget(t)
+        self.snippets = QTabWidget()
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.Monospace)
+        self.curl_text = QPlainTextEdit()
+        self.python_text = QPlainTextEdit()
+        for edit, name in ((self.curl_text, "curl"), (self.python_text, "Python (openai)")):
+            edit.setReadOnly(True)
+            edit.setFont(mono)
+            edit.setLineWrapMode(QPlainTextEdit.NoWrap)
+            self.snippets.addTab(edit, name)
+        sv.addWidget(self.snippets, 1)
+        self.copy_snippet = QPushButton("Copy snippet")
+        self.copy_snippet.clicked.connect(
+            lambda: self.copy(self.snippets.currentWidget().toPlainText()))
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.copy_snippet)
+        sv.addLayout(row)
+        top.addWidget(snip, 1)
+        root.addLayout(top)
+
+        logc = card()
+        lv = QVBoxLayout(logc)
+        lv.setContentsMargins(16, 12, 16, 12)
+        lrow = QHBoxLayout()
+        t = QLabel("Request log")
+        t.setObjectName("CardTitle")
+        lrow.addWidget(t)
+        lrow.addStretch(1)
+        self.log_count = muted("")
+        lrow.addWidget(self.log_count)
+        clear = QPushButton("Clear")
+        clear.clicked.connect(self.clear_log)
+        lrow.addWidget(clear)
+        lv.addLayout(lrow)
+        self.log_table = QTableWidget(0, 7)
+        self.log_table.setHorizontalHeaderLabels(["Time", "Route", "Status", "Model", "Tokens",
+                                                  "TTFT", "Duration"])
+        hh = self.log_table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.Stretch)
+        hh.setSectionResizeMode(1, QHeaderView.ResizeToContents)
+        hh.setMinimumSectionSize(90)
+        self.log_table.verticalHeader().setVisible(False)
+        self.log_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.log_table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        lv.addWidget(self.log_table, 1)
+        self.log_empty = muted("Requests to the API appear here as they finish.")
+        lv.addWidget(self.log_empty)
+        root.addWidget(logc, 1)
+
+        self.lan.toggled.connect(self._settings_changed)
+        self.api_key.textChanged.connect(self._settings_changed)
+        self.port.valueChanged.connect(self._settings_changed)
+        self.log_entry.connect(self._add_log_row)
+        self._op_done.connect(self._on_op_done)
+        self._port_timer = QTimer(self)
+        self._port_timer.setSingleShot(True)
+        self._port_timer.setInterval(300)
+        self._port_timer.timeout.connect(self.check_port)
+        ctx.engine_host.models_changed.connect(lambda _m: self.update_snippets())
+        ctx.engine_host.engine_ready.connect(self._on_engine_ready)
+        self._settings_changed()
+        self._set_state("off", "Stopped")
+
+    # ------------------------------------------------------------------ settings
+
+    def host(self) -> str:
+        return LAN if self.lan.isChecked() else LOOPBACK
+
+    def _settings_changed(self) -> None:
+        lan = self.lan.isChecked()
+        self.lan_warning.setVisible(lan)
+        self.api_key.setPlaceholderText("required on the network" if lan
+                                        else "none (loopback only)")
+        if not self.running():
+            self.switch.setEnabled(not (lan and not self.api_key.text().strip()) and not self._busy)
+            self.switch.setToolTip("Generate or enter an API key to listen on the network"
+                                   if lan and not self.api_key.text().strip() else "")
+            self._port_timer.start()
+        self.update_snippets()
+
+    def check_port(self) -> bool:
+        """True when the port is free (a real bind attempt); shows the answer next to it."""
+        if self.running():
+            self.port_status.setText("")
+            return True
+        from engine.api.server import ServerStartError, port_in_use
+
+        try:
+            busy = port_in_use(self.host(), self.port.value())
+        except ServerStartError as exc:
+            self.port_status.setText(f"⚠ {exc}")
+            return False
+        self.port_status.setText(f"⚠ port {self.port.value()} is in use" if busy else "free")
+        return not busy
+
+    def generate_key(self) -> str:
+        key = secrets.token_urlsafe(24)
+        self.api_key.setText(key)
+        return key
+
+    def copy(self, text: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+
+    def _save_settings(self) -> None:
+        s = self.ctx.settings
+        s.setValue("server/lan", self.lan.isChecked())
+        s.setValue("server/port", self.port.value())
+        s.setValue("server/api_key", self.api_key.text().strip())
+        s.setValue("server/cors", self.cors.text().strip())
+        s.setValue("server/max_queue", self.max_queue.value())
+
+    # ------------------------------------------------------------------ snippets
+
+    def base_url(self) -> str:
+        if self.url:
+            return self.url
+        return f"http://127.0.0.1:{self.port.value()}"
+
+    def model_name(self) -> str:
+        models = self.ctx.engine_host.models()
+        return models[0].name if models else "MODEL"
+
+    def update_snippets(self) -> None:
+        url, model = self.base_url(), self.model_name()
+        key = self.api_key.text().strip()
+        auth = f" \\\n  -H \"Authorization: Bearer {key if key else '$NPU_CONSOLE_API_KEY'}\"" \
+            if key or self.lan.isChecked() else ""
+        body = (f'{{"model": {json.dumps(model)}, "max_tokens": 64,\n'
+                '       "messages": [{"role": "user", "content": "Hello!"}]}')
+        self.curl_text.setPlainText(
+            f"curl {url}/v1/chat/completions{auth} \\\n  -H \"Content-Type: application/json\""
+            f" \\\n  -d '{body}'\n")
+        self.python_text.setPlainText(
+            "from openai import OpenAI\n\n"
+            f"client = OpenAI(base_url=\"{url}/v1\", api_key=\"{key or 'not-needed'}\")\n"
+            "reply = client.chat.completions.create(\n"
+            f"    model=\"{model}\",\n"
+            "    messages=[{\"role\": \"user\", \"content\": \"Hello!\"}],\n"
+            "    max_tokens=64,\n)\n"
+            "print(reply.choices[0].message.content)\n")
+
+    # ------------------------------------------------------------------ start / stop
+
+    def running(self) -> bool:
+        return self.controller is not None and self.controller.is_running
+
+    def busy(self) -> bool:
+        return self._busy
+
+    def toggle(self) -> None:
+        if self.running():
+            self.stop()
+        else:
+            self.start()
+
+    def start(self) -> bool:
+        """Begin starting on a worker thread; False (with a message) when it cannot start."""
+        if self._busy or self.running():
+            return False
+        engine = self.ctx.bridge.engine
+        if engine is None:
+            self._show_error("The engine is not running yet: wait for it or load a model on the "
+                             "Models page.")
+            return False
+        if self.lan.isChecked() and not self.api_key.text().strip():
+            self._show_error("Listening on the network needs an API key: press Generate.")
+            return False
+        from engine.api.request_log import RequestLog
+        from engine.api.server import ServerController
+        from engine.api.settings import parse_origins
+
+        if self.controller is None or self.controller.engine is not engine:
+            self.request_log = self.request_log or RequestLog(LOG_ROWS)
+            self.controller = ServerController(engine, request_log=self.request_log,
+                                               telemetry_poller=self.ctx.telemetry.poller)
+            if self._unsubscribe is None:
+                self._unsubscribe = self.request_log.subscribe(self.log_entry.emit)
+        self._save_settings()
+        # the queue limit belongs to the engine (Chat shares it); the admission middleware
+        # answers 429 from it before parsing a body
+        engine_config = getattr(engine, "config", None)
+        if engine_config is not None:
+            engine_config.max_waiting = self.max_queue.value()
+        host, port = self.host(), self.port.value()
+        key = self.api_key.text().strip() or None
+        origins = parse_origins(self.cors.text())
+        controller = self.controller
+        self._set_busy(True, "Starting…")
+
+        def work():
+            try:
+                url = controller.start(host, port, api_key=key, cors_origins=origins)
+            except Exception as exc:  # noqa: BLE001 - shown as one line on the page
+                self._op_done.emit("start", "", str(exc).splitlines()[0] or type(exc).__name__)
+            else:
+                self._op_done.emit("start", url, "")
+
+        threading.Thread(target=work, name="server-start", daemon=True).start()
+        return True
+
+    def stop(self) -> bool:
+        if self._busy or not self.running():
+            return False
+        controller = self.controller
+        self._set_busy(True, "Stopping…")
+
+        def work():
+            try:
+                controller.stop(grace_s=2.0)
+            except Exception as exc:  # noqa: BLE001
+                self._op_done.emit("stop", "", str(exc).splitlines()[0])
+            else:
+                self._op_done.emit("stop", "", "")
+
+        threading.Thread(target=work, name="server-stop", daemon=True).start()
+        return True
+
+    def _set_busy(self, busy: bool, text: str = "") -> None:
+        self._busy = busy
+        for w in (self.lan, self.port, self.api_key, self.gen_key, self.cors, self.max_queue):
+            w.setEnabled(not busy and not self.running())
+        self.switch.setEnabled(not busy)
+        if busy:
+            self._set_state("busy", text)
+
+    def _on_op_done(self, op: str, url: str, error: str) -> None:
+        self._set_busy(False)
+        if error:
+            self.url = None
+            self._show_error(error if op == "start" else f"Stopping failed: {error}")
+            self._set_state("error", "Not running")
+        elif op == "start":
+            self.url = url
+            self.message.hide()
+            self.error_text = ""
+            self._set_state("on", f"Running · {url}")
+        else:
+            self.url = None
+            self._set_state("off", "Stopped")
+        on = self.running()
+        self.switch.setChecked(on)
+        self.switch.setText("Stop server" if on else "Start server")
+        self.switch.setProperty("primary", not on)
+        self.switch.setProperty("danger", on)
+        self.switch.style().unpolish(self.switch)
+        self.switch.style().polish(self.switch)
+        self.url_label.setText(url if on else "")
+        self.url_label.setToolTip(f"{url}/docs: the interactive API reference" if on else "")
+        self._set_busy(False)
+        self._settings_changed()
+        self.port_status.setText("")
+
+    def _show_error(self, text: str) -> None:
+        self.error_text = text
+        self.message.setText(f"⚠ {text}")
+        self.message.setStyleSheet(f"color: {current_theme().color('bad')}; font-weight: 600;")
+        self.message.show()
+        self.switch.setChecked(self.running())
+
+    def _set_state(self, state: str, text: str) -> None:
+        self.lamp.set_state(state, text)
+        self.state_label.setText(text.split(" · ")[0])
+        lamp_text = {"on": f"server on · {self.url}" if self.url else "server on",
+                     "off": "server off", "busy": text.lower(), "error": "server error"}[state]
+        self.ctx.server_state_changed.emit(state, lamp_text)
+
+    def _on_engine_ready(self, _engine) -> None:
+        if self.autostart.isChecked() and not self.running():
+            self.start()
+
+    # ------------------------------------------------------------------ request log
+
+    def _add_log_row(self, e) -> None:
+        t = self.log_table
+        if t.rowCount() >= LOG_ROWS:
+            t.removeRow(t.rowCount() - 1)
+        t.insertRow(0)
+        tokens = "" if e.completion_tokens is None else \
+            f"{e.prompt_tokens or 0} → {e.completion_tokens}"
+        cells = (time.strftime("%H:%M:%S", time.localtime(e.time)), f"{e.method} {e.route}",
+                 str(e.status), e.model or "", tokens,
+                 "" if e.ttft_s is None else f"{e.ttft_s * 1000:.0f} ms",
+                 f"{e.duration_s * 1000:.0f} ms")
+        for c, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if c == 2 and e.status >= 400:
+                item.setToolTip(e.error or "")
+                item.setForeground(Qt.red)
+            t.setItem(0, c, item)
+        self.log_empty.hide()
+        self.log_count.setText(f"{t.rowCount()} requests")
+
+    def clear_log(self) -> None:
+        self.log_table.setRowCount(0)
+        self.log_count.setText("")
+        self.log_empty.show()
+        if self.request_log is not None:
+            self.request_log.clear()
+
+    def log_rows(self) -> list[list[str]]:
+        t = self.log_table
+        return [[t.item(r, c).text() if t.item(r, c) else "" for c in range(t.columnCount())]
+                for r in range(t.rowCount())]
+
+    def shutdown(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.controller is not None and self.controller.is_running:
+            self.controller.stop(grace_s=0.5)

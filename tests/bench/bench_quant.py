@@ -1,0 +1,184 @@
+"""INT8 speed / memory / quantization-time benchmark on a Qwen2.5-0.5B-shaped model with random
+weights (no download: the configuration is built with transformers' Qwen2Config).
+
+Each variant runs in its own process so that peak RSS belongs to it alone:
+
+    nice -n 10 python tests/bench/bench_quant.py --variants fp32,bf16,w8a16,w8a8-dynamic \
+        --out /tmp/bench_quant.json
+
+Decode speed is greedy decode with the model's KV cache (engine.quant.evaluate.decode_speed), at
+batch 1 and 8; TTFT is the prefill of a 32-token prompt. "quantize" times calibration (64
+samples x 256 tokens) + SmoothQuant + w8a8-static quantization of the same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def build_model(dtype: str):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                      num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+                      tie_word_embeddings=True, max_position_embeddings=4096)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype)).eval()
+    return model
+
+
+def word_tokenizer(vocab: int):
+    """A WordLevel tokenizer covering every id (the random model has no real vocabulary)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    tk.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="t1", bos_token="t2",
+                                   unk_token="t0")
+
+
+def engine_speed(model, name: str, threads: int, new_tokens: int) -> dict:
+    """TTFT and decode tok/s through engine.runtime.LocalEngine (batch 1 and 8)."""
+    import torch
+
+    from engine.models.loader import LoadedModel
+    from engine.runtime import EngineConfig, LocalEngine
+    from engine.runtime.types import GenerationRequest, SamplingParams
+
+    loaded = LoadedModel(name=name, path=__import__("pathlib").Path("/nonexistent"), model=model,
+                         tokenizer=word_tokenizer(model.config.vocab_size), config=model.config,
+                         device="cpu", dtype=str(next(model.parameters()).dtype).split(".")[-1],
+                         architecture="Qwen2ForCausalLM",
+                         quantization=getattr(getattr(model, "npu_quant", None), "method", None))
+    eng = LocalEngine(EngineConfig(max_running=8, num_threads=threads, prefix_caching=False,
+                                   max_context_cap=512))
+    try:
+        eng.add_model(loaded).result()
+        g = torch.Generator().manual_seed(0)
+
+        def run(batch: int, n: int):
+            params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+            hs = [eng.submit(GenerationRequest(
+                prompt_token_ids=torch.randint(3, model.config.vocab_size, (32,),
+                                               generator=g).tolist(), params=params))
+                  for _ in range(batch)]
+            return [h.result(timeout=1800).finish for h in hs]
+
+        run(1, 4)  # warm-up
+        f1 = run(1, new_tokens)[0]
+        f8 = run(8, max(8, new_tokens // 2))
+        tpot8 = sum(f.timings.tpot_s for f in f8) / len(f8)
+        return {"path": "engine", "ttft_ms": f1.timings.ttft_s * 1000,
+                "tok_s_b1": 1.0 / f1.timings.tpot_s, "tok_s_b8": 8.0 / tpot8}
+    finally:
+        eng.shutdown()
+
+
+def run_variant(name: str, threads: int, new_tokens: int, use_engine: bool = False) -> dict:
+    import torch
+
+    from engine.quant import evaluate as ev
+    from engine.quant.apply import prepare_for_serving, quantize_model
+    from engine.quant.config import QuantConfig
+
+    torch.set_num_threads(threads)
+    float_dtype = "float32" if name == "fp32" else "bfloat16"
+    model = build_model(float_dtype)
+    if name not in ("fp32", "bf16"):
+        quantize_model(model, QuantConfig(method=name))
+        prepare_for_serving(model)
+    import gc
+
+    gc.collect()
+    out = {"variant": name, "threads": threads, "weight_bytes": ev.weight_bytes(model)}
+    if use_engine:
+        out.update(engine_speed(model, name, threads, new_tokens))
+        out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return out
+    ev.decode_speed(model, batch=1, prompt_len=8, new_tokens=4)  # warm-up
+    s1 = ev.decode_speed(model, batch=1, prompt_len=32, new_tokens=new_tokens)
+    s8 = ev.decode_speed(model, batch=8, prompt_len=32, new_tokens=max(8, new_tokens // 2))
+    out.update(ttft_ms=s1.ttft_s * 1000, tok_s_b1=s1.decode_tok_s, tok_s_b8=s8.decode_tok_s,
+               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return out
+
+
+def run_quantize_time(threads: int, samples: int, seq_len: int) -> dict:
+    import torch
+
+    from engine.quant.apply import quantize_model
+    from engine.quant.calib import collect_stats
+    from engine.quant.config import QuantConfig, select_layers
+
+    torch.set_num_threads(threads)
+    model = build_model("float32")
+    cfg = QuantConfig(method="w8a8-static", smoothquant=0.5, calib_samples=samples,
+                      calib_seq_len=seq_len)
+    g = torch.Generator().manual_seed(0)
+    data = [torch.randint(0, 151936, (1, seq_len), generator=g) for _ in range(samples)]
+    t0 = time.perf_counter()
+    stats = collect_stats(model, data, select_layers(model, cfg).quantize)
+    t1 = time.perf_counter()
+    quantize_model(model, cfg, stats)
+    t2 = time.perf_counter()
+    return {"variant": "quantize", "calibrate_s": t1 - t0, "quantize_s": t2 - t1,
+            "total_s": t2 - t0, "samples": samples, "seq_len": seq_len}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="fp32,bf16,w8a16,w8a8-dynamic,quantize")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--engine", action="store_true",
+                    help="measure through engine.runtime.LocalEngine instead of the HF cache loop")
+    args = ap.parse_args()
+    if args.one:
+        res = (run_quantize_time(args.threads, args.samples, args.seq_len) if args.one == "quantize"
+               else run_variant(args.one, args.threads, args.new_tokens, args.engine))
+        print(json.dumps(res))
+        return 0
+    results = []
+    for v in args.variants.split(","):
+        cmd = [sys.executable, __file__, "--one", v, "--threads", str(args.threads),
+               "--new-tokens", str(args.new_tokens), "--samples", str(args.samples),
+               "--seq-len", str(args.seq_len)] + (["--engine"] if args.engine else [])
+        p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)
+        if p.returncode:
+            print(p.stderr[-2000:], file=sys.stderr)
+            return 1
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    by = {r["variant"]: r for r in results}
+    if "bf16" in by:
+        for v in ("w8a16", "w8a8-dynamic", "fp32"):
+            if v in by:
+                r, b = by[v], by["bf16"]
+                print(f"{v}: b1 {r['tok_s_b1'] / b['tok_s_b1']:.2f}x bf16, "
+                      f"b8 {r['tok_s_b8'] / b['tok_s_b8']:.2f}x bf16, "
+                      f"weights {r['weight_bytes'] / b['weight_bytes']:.2f}x bf16"
+                      + (f", b1 {r['tok_s_b1'] / by['fp32']['tok_s_b1']:.2f}x fp32"
+                         if "fp32" in by else ""))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

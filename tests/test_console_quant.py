@@ -1,0 +1,182 @@
+"""Quantization wizard on a real model (stories260K): run, compare, save, load the INT8 variant
+and chat with it; cancel during calibration writes nothing; per-layer sensitivity chart."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt
+
+from console.testing import make_window, model_names
+
+WAIT_MS = 240_000
+pytestmark = [pytest.mark.slow, pytest.mark.gui]
+
+STORY = ("Once upon a time there was a little girl named Lily . She liked to play with her dog "
+         "in the park . One day the sun was big and warm and they ran to the tree")
+WORDS = STORY.split(" ")
+
+
+def write_calib(path, paragraphs: int, words: int = 60):
+    rng = random.Random(0)
+    path.write_text("\n\n".join(" ".join(rng.choice(WORDS) for _ in range(words))
+                                for _ in range(paragraphs)), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def window(qapp, stories_dir, tmp_path_factory):
+    home = tmp_path_factory.mktemp("quant-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NPU_CONSOLE_HOME", str(home))
+        win = make_window(home, model="")
+        host = win.ctx.engine_host
+        host.start()
+        host.load(stories_dir, name="stories")
+        from pytestqt.qtbot import QtBot
+
+        QtBot(qapp).waitUntil(lambda: model_names(win) == ["stories"], timeout=WAIT_MS)
+        win.show_page("quantize")
+        win.home = home
+        page = win.page("quantize")
+        page.eval_tokens, page.eval_prompts, page.new_tokens = 256, 2, 6
+        yield win
+        win.close()
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory):
+    return write_calib(tmp_path_factory.mktemp("calib") / "calib.txt", 40)
+
+
+def _wait(qtbot, page):
+    qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
+
+
+def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qtbot, tmp_path):
+    from console.pages.quant_work import runs_dir
+
+    page = window.page("quantize")
+    page.set_models(window.ctx.engine_host.models())
+    assert page.model_box.currentData()[0] == "stories"
+    qtbot.mouseClick(page.next_btn, Qt.LeftButton)
+    assert page.stack.currentIndex() == 1
+    page.set_method("w8a8-dynamic", "no-down-proj")
+    qtbot.mouseClick(page.next_btn, Qt.LeftButton)
+    page.set_calibration(str(calib), 4, 32)
+    assert page.calib_info.text().startswith("40 documents")
+    page.go(4)
+    assert "All but down_proj" in page.plan_summary.text()
+    qtbot.mouseClick(page.run_btn, Qt.LeftButton)
+    assert page.busy() and page.run_progress.cancel_btn.isEnabled()
+    _wait(qtbot, page)
+    run = page.run
+    assert run is not None, page.run_progress.stage.text()
+    assert run.quantized_layers == 5 * 6 and run.skipped_layers == 5  # 5 down_proj stay float
+    assert run.quant.disk_bytes < run.float.disk_bytes
+    assert run.quant.memory_bytes < run.float.memory_bytes
+    assert 0.0 <= run.quant.greedy_agreement <= 1.0
+    assert page.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
+    assert page.verdict_badge.text() in ("WITHIN BUDGET", "OVER BUDGET")
+    assert (page.verdict_badge.text() == "WITHIN BUDGET") == run.within(page.budget.value())
+    assert (runs_dir() / run.out_dir.rsplit("/", 1)[-1] / "npu_quant.json").is_file()
+    # kept in the history; the same combination is recognised as measured
+    assert page.history.rowCount() == 1
+    page._options_changed()
+    assert page.known_label.text().startswith("Already measured")
+
+    # auto-loaded next to the float model, and it answers in the chat
+    name = "stories-w8a8-dynamic"
+    qtbot.waitUntil(lambda: name in model_names(window), timeout=WAIT_MS)
+    assert page.loaded_variant == name
+    info = next(m for m in window.ctx.engine_host.models() if m.name == name)
+    assert info.quantization == "w8a8-dynamic"
+    chat = window.page("chat")
+    window.show_page("chat")
+    chat.set_models(window.ctx.engine_host.models())
+    chat.model_a.setCurrentText(name)
+    chat.sampling.max_tokens.setValue(12)
+    chat.send("Once upon a time")
+    qtbot.waitUntil(lambda: not chat.busy(), timeout=WAIT_MS)
+    reply = chat.conv.panes[0].messages[-1]
+    assert reply.model == name and reply.stats["completion_tokens"] >= 1
+
+    # the demo view's A/B chat compares float and INT8 side by side
+    demo = window.open_demo()
+    demo.panes[0][0].setCurrentText("stories")
+    demo.panes[1][0].setCurrentText(name)
+    assert len(demo.send("The dog")) == 2
+    qtbot.waitUntil(lambda: not demo.busy(), timeout=WAIT_MS)
+    assert all(p.toPlainText().strip() for _b, p in demo.panes)
+    demo.close()
+    window.show_page("quantize")
+
+    # save in the vllm-ascend layout
+    dest = tmp_path / "ms"
+    assert page.save_as("msmodelslim", str(dest)) is not None
+    _wait(qtbot, page)
+    assert (dest / "quant_model_description.json").is_file(), page.save_status.text()
+    assert "Saved msmodelslim" in page.save_status.text()
+
+
+def test_cancel_during_calibration_writes_nothing(window, tmp_path, qtbot):
+    from console.pages.quant_work import QuantRunStore, runs_dir
+
+    page = window.page("quantize")
+    before = {p.name for p in runs_dir().iterdir()} if runs_dir().exists() else set()
+    n_runs = len(QuantRunStore().load())
+    big = write_calib(tmp_path / "big.txt", 600)  # plenty of windows: calibration takes a while
+    page.set_method("w8a8-static", "all")
+    page.set_calibration(str(big), 2048, 16)
+    page.auto_load.setChecked(False)
+    stages = []
+
+    def on_progress(_f, message):
+        stages.append(message)
+        if message.startswith("calibrating") and not page.job.cancel_event.is_set():
+            qtbot.mouseClick(page.run_progress.cancel_btn, Qt.LeftButton)
+
+    job = page.start_run()
+    assert job is not None
+    job.progress.connect(on_progress)
+    with qtbot.waitSignal(job.cancelled, timeout=WAIT_MS):
+        pass
+    _wait(qtbot, page)
+    calib_steps = [s for s in stages if s.startswith("calibrating")]
+    assert calib_steps and not any(s.startswith(("quantizing", "writing", "measuring"))
+                                   for s in stages)
+    done, total = calib_steps[-1].split()[-1].split("/")
+    assert int(done) < int(total)
+    assert "Nothing was written" in page.run_progress.stage.text()
+    after = {p.name for p in runs_dir().iterdir()} if runs_dir().exists() else set()
+    assert after == before  # no new folder, no .partial leftovers
+    assert len(QuantRunStore().load()) == n_runs
+
+
+def test_sensitivity_chart_and_recommended_skip_list(window, calib, qtbot):
+    page = window.page("quantize")
+    page.set_method("w8a8-dynamic", "attention")
+    page.set_calibration(str(calib), 4, 32)
+    page.budget.setValue(0.0)
+    page.go(3)
+    job = page.start_sensitivity()
+    assert job is not None
+    _wait(qtbot, page)
+    res = page.sensitivity
+    assert res is not None, page.sens_progress.stage.text()
+    assert len(res.ranking) == 5 * 4  # q/k/v/o of 5 layers
+    kls = [kl for _n, kl in res.ranking]
+    assert kls == sorted(kls, reverse=True)
+    assert len(page.sens_chart.labels) == 16 and page.sens_chart.values == kls[:16]
+    assert page.rec_label.text()
+    if res.skip:
+        qtbot.mouseClick(page.use_rec_btn, Qt.LeftButton)
+        assert page.preset() == "custom"
+        assert res.skip[0] in page.skip_edit.text()
+    else:
+        assert res.met and not page.use_rec_btn.isEnabled()

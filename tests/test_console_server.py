@@ -1,0 +1,123 @@
+"""Server page: the switch starts a real uvicorn server over the console's engine that the
+official openai client can use, the request log fills, a busy port gets a clear message."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+openai = pytest.importorskip("openai")
+
+from PySide6.QtCore import Qt
+
+from console.testing import make_window, model_names
+
+WAIT_MS = 90_000
+pytestmark = [pytest.mark.slow, pytest.mark.gui]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def window(qapp, stories_dir, tmp_path_factory):
+    home = tmp_path_factory.mktemp("server-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NPU_CONSOLE_HOME", str(home))
+        win = make_window(home, model="")
+        host = win.ctx.engine_host
+        host.start()
+        host.load(stories_dir, name="stories")
+        from pytestqt.qtbot import QtBot
+
+        QtBot(qapp).waitUntil(lambda: model_names(win) == ["stories"], timeout=WAIT_MS)
+        win.show_page("server")
+        yield win
+        win.close()
+
+
+@pytest.fixture
+def page(window, qtbot):
+    p = window.page("server")
+    if p.running():
+        p.stop()
+        qtbot.waitUntil(lambda: not p.running() and not p.busy(), timeout=WAIT_MS)
+    p.lan.setChecked(False)
+    p.api_key.setText("")
+    return p
+
+
+def test_switch_serves_the_openai_client_and_stops(window, page, qtbot):
+    port = free_port()
+    page.port.setValue(port)
+    qtbot.mouseClick(page.switch, Qt.LeftButton)
+    qtbot.waitUntil(lambda: page.running() and not page.busy(), timeout=WAIT_MS)
+    assert page.url == f"http://127.0.0.1:{port}"
+    assert window.server_lamp.state == "on" and "server on" in window.server_label.text()
+    assert page.switch.text() == "Stop server"
+    assert f"127.0.0.1:{port}/v1" in page.python_text.toPlainText()
+    assert '"model": "stories"' in page.curl_text.toPlainText()
+
+    client = openai.OpenAI(base_url=page.url + "/v1", api_key="unused", max_retries=0,
+                           timeout=60)
+    assert [m.id for m in client.models.list().data] == ["stories"]
+    reply = client.chat.completions.create(
+        model="stories", messages=[{"role": "user", "content": "Once upon a time"}],
+        max_tokens=8, temperature=0)
+    assert reply.usage.completion_tokens >= 1
+    assert isinstance(reply.choices[0].message.content, str)
+    # the request log row arrives through the queued signal
+    qtbot.waitUntil(lambda: any("/v1/chat/completions" in r[1] and r[2] == "200"
+                                for r in page.log_rows()), timeout=10_000)
+    row = next(r for r in page.log_rows() if "/v1/chat/completions" in r[1])
+    assert row[3] == "stories" and "→" in row[4] and row[6].endswith("ms")
+
+    qtbot.mouseClick(page.switch, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not page.running() and not page.busy(), timeout=WAIT_MS)
+    assert window.server_lamp.state == "off"
+    from engine.api.server import port_in_use
+
+    assert not port_in_use("127.0.0.1", port)
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+
+
+def test_port_in_use_shows_a_clear_message(window, page, qtbot):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    port = blocker.getsockname()[1]
+    try:
+        page.port.setValue(port)
+        assert page.check_port() is False
+        assert f"port {port} is in use" in page.port_status.text()
+        assert page.start()
+        qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
+        assert not page.running()
+        assert "already in use" in page.error_text and str(port) in page.error_text
+        assert page.message.isVisible() and "Traceback" not in page.message.text()
+        assert window.server_lamp.state == "error"
+    finally:
+        blocker.close()
+    assert page.check_port() is True
+
+
+def test_lan_needs_an_api_key(page, window):
+    page.lan.setChecked(True)
+    assert page.host() == "0.0.0.0"
+    assert page.lan_warning.isVisibleTo(page)
+    assert not page.switch.isEnabled()
+    assert page.start() is False and "API key" in page.error_text
+    key = page.generate_key()
+    assert len(key) >= 24 and page.api_key.text() == key
+    assert page.switch.isEnabled()
+    assert f"Bearer {key}" in page.curl_text.toPlainText()
+    page.autostart.setChecked(True)
+    assert window.ctx.settings.value("server/autostart", type=bool) is True
+    page.autostart.setChecked(False)

@@ -1,0 +1,74 @@
+"""`npu-console chat` as a user runs it: a real process, stdin, Ctrl-C mid-reply."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+
+def _spawn(stories_dir, *extra):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(stories_dir),
+         "--device", "cpu", "--threads", "1", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env)
+
+
+class Reader:
+    def __init__(self, stream):
+        self.buf = ""
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, args=(stream,), daemon=True).start()
+
+    def _run(self, stream):
+        while True:
+            ch = stream.read(1)
+            if not ch:
+                return
+            with self._lock:
+                self.buf += ch
+
+    def wait_for(self, predicate, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            with self._lock:
+                if predicate(self.buf):
+                    return self.buf
+            time.sleep(0.05)
+        raise AssertionError(f"timed out; output so far: {self.buf!r}")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_reply_not_the_program(stories_dir):
+    proc = _spawn(stories_dir, "--max-tokens", "400", "--temperature", "0")
+    out = Reader(proc.stdout)
+    try:
+        proc.stdin.write("Tell me a long story\n")
+        proc.stdin.flush()
+        out.wait_for(lambda b: "bot> " in b and len(b.split("bot> ", 1)[1]) > 10)
+        proc.send_signal(signal.SIGINT)
+        out.wait_for(lambda b: "[stopped]" in b)
+        proc.stdin.write("/reset\nHi\n/exit\n")
+        proc.stdin.flush()
+        assert proc.wait(60) == 0
+        text = out.wait_for(lambda b: b.count("bot> ") == 2)
+        assert "(conversation cleared)" in text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_bad_model_folder_is_one_line(tmp_path, stories_dir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(tmp_path / "none"),
+         "--device", "cpu"], input="", capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "error:" in proc.stderr

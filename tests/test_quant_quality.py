@@ -1,0 +1,74 @@
+"""Quality bars on real weights: held-out perplexity vs fp32 and greedy agreement.
+
+stories260K: held-out text is sampled from the float model (seeded), calibration text from
+another seed. Demo model: the shipped calibration and held-out files.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fakes.stories_text import PROMPTS, load_float, sampled_ids
+
+from engine.quant import calib
+from engine.quant import evaluate as ev
+from engine.quant.apply import quantize_model
+from engine.quant.config import QuantConfig, select_layers
+
+BARS = [("w8a16", None, 0.3), ("w8a8-dynamic", None, 0.6), ("w8a8-static", 0.5, 1.0)]
+
+
+def _quantize(model, method, alpha, samples):
+    cfg = QuantConfig(method=method, smoothquant=alpha)
+    stats = None
+    if cfg.needs_calibration:
+        stats = calib.collect_stats(model, samples, select_layers(model, cfg).quantize)
+    quantize_model(model, cfg, stats)
+    return model
+
+
+@pytest.fixture(scope="module")
+def stories(stories_dir):
+    model, tok = load_float(stories_dir)
+    held = sampled_ids(str(stories_dir), 1, 8, 200).reshape(-1)
+    cal = [r.unsqueeze(0) for r in sampled_ids(str(stories_dir), 2, 16, 128)]
+    prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    with torch.inference_mode():
+        base = ev.perplexity(model, held, window=256, stride=128).perplexity
+        ref = [ev.greedy_tokens(model, p, 32) for p in prompts]
+    return {"held": held, "cal": cal, "prompts": prompts, "base": base, "ref": ref}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,alpha,max_pct", BARS)
+def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct):
+    model, _ = load_float(stories_dir)
+    _quantize(model, method, alpha, stories["cal"])
+    ppl = ev.perplexity(model, stories["held"], window=256, stride=128).perplexity
+    delta = 100 * (ppl / stories["base"] - 1)
+    assert delta <= max_pct, f"{method}: +{delta:.3f}% perplexity (bar {max_pct}%)"
+    got = [ev.greedy_tokens(model, p, 32) for p in stories["prompts"]]
+    assert ev.greedy_agreement(stories["ref"], got) >= 0.90
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,alpha,max_pct", BARS)
+def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.paths import CALIB_DIR
+    from engine.quant.report import text_token_ids
+
+    tok = AutoTokenizer.from_pretrained(str(demo_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(demo_model_dir), dtype=torch.float32).eval()
+    held = text_token_ids(tok, calib.read_texts(CALIB_DIR / "heldout_demo.txt"))[:4096]
+    base = ev.perplexity(model, held, window=512, stride=256).perplexity
+    prompts = [held[i * 128:i * 128 + 12] for i in range(20)]
+    ref = [ev.greedy_tokens(model, p, 32) for p in prompts]
+    samples = calib.build_samples(tok, calib.read_texts(None), 32, 256)
+    _quantize(model, method, alpha, samples)
+    ppl = ev.perplexity(model, held, window=512, stride=256).perplexity
+    delta = 100 * (ppl / base - 1)
+    assert delta <= max_pct, f"{method}: +{delta:.3f}% perplexity (bar {max_pct}%)"
+    got = [ev.greedy_tokens(model, p, 32) for p in prompts]
+    assert ev.greedy_agreement(ref, got) >= 0.90
