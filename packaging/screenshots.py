@@ -157,9 +157,10 @@ def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list
         names = model_names(window)
         demo.panes[0][0].setCurrentText(float_name)
         demo.panes[1][0].setCurrentText(names[-1])
-        demo.send("The list type")
-        pump_until(lambda: not demo.busy(), 120)
-        _settle(2500)
+        for question in ("What is a tuple?", "The list type"):
+            demo.send(question)
+            pump_until(lambda: not demo.busy(), 120)
+            _settle(2500)
         path = out / "demo.png"
         demo.grab().save(str(path))
         paths.append(path)

@@ -36,7 +36,8 @@ def client(url):
 
 
 def test_openai_sync_models_and_completions(client, stories_dir):
-    assert [m.id for m in client.models.list()] == ["stories", "stories-bf16"]
+    assert [m.id for m in client.models.list()] == ["stories", "stories-bf16",
+                                                   "stories-w8a8-dynamic"]
     done = client.completions.create(model="stories", prompt=STORY_PROMPT, max_tokens=6,
                                      temperature=0)
     assert done.choices[0].finish_reason == "length" and done.choices[0].text

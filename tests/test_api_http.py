@@ -59,10 +59,12 @@ def test_models_lists_every_variant_and_a_request_picks_one(url):
     r = httpx.get(url + "/v1/models")
     assert r.status_code == 200
     cards = {m["id"]: m for m in r.json()["data"]}
-    assert set(cards) == {"stories", "stories-bf16"}
+    assert set(cards) == {"stories", "stories-bf16", "stories-w8a8-dynamic"}
     assert cards["stories"]["dtype"] == "float32" and cards["stories-bf16"]["dtype"] == "bfloat16"
+    assert cards["stories"]["quantization"] is None
+    assert cards["stories-w8a8-dynamic"]["quantization"] == "w8a8-dynamic"
     assert cards["stories"]["max_model_len"] == 512
-    for name in ("stories", "stories-bf16"):
+    for name in cards:
         r = post(url, "/v1/completions", {"model": name, "prompt": STORY_PROMPT, "max_tokens": 2})
         assert r.status_code == 200 and r.json()["model"] == name
     assert httpx.get(url + "/v1/models/stories-bf16").json()["id"] == "stories-bf16"
@@ -298,8 +300,15 @@ def test_request_log_records_tokens_and_keeps_prompts_out(server):
 
 
 def test_metrics_count_requests(url):
+    def served() -> float:
+        text = httpx.get(url + "/metrics").text
+        return metric_value(text, "npu_console_api_requests_total") or 0.0
+
+    before = served()
+    post(url, "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    # the /metrics scrape itself is counted too once answered
+    assert served() == before + 2
     text = httpx.get(url + "/metrics").text
-    assert (metric_value(text, "npu_console_api_requests_total") or 0) > 0
     assert metric_value(text, "npu_console_api_engine_requests_live") == 0
 
 
@@ -358,3 +367,22 @@ def test_no_model_is_503_and_loading_is_503(stories_dir):
                 "model"] == "late"
     finally:
         empty.shutdown(2.0)
+
+
+def test_metrics_include_device_telemetry_when_a_poller_is_given(engine, npu_smi_fixtures):
+    from engine.api import ServerController
+    from engine.telemetry.poller import TelemetryPoller
+    from engine.telemetry.providers import make_provider
+
+    source = make_provider("replay", replay_files=[npu_smi_fixtures / "a3_info_6.txt"])
+    poller = TelemetryPoller(source, rules=[])
+    poller.poll_once()
+    controller = ServerController(engine, telemetry_poller=poller)
+    url = controller.start("127.0.0.1", 0)
+    try:
+        text = httpx.get(url + "/metrics").text
+    finally:
+        controller.stop()
+    assert "machine_npu_nums 4.0" in text and 'npu_console_telemetry_up{source="replay' in text
+    assert metric_value(text, "npu_console:engine_ready") == 1.0
+    assert metric_value(text, "npu_console:num_requests_running") is not None

@@ -188,18 +188,25 @@ def _wait_for_url(proc: subprocess.Popen, timeout: float = 240.0) -> str:
     raise AssertionError(f"serve did not start: {''.join(seen)[-2000:]}")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_runs_headless_and_stops_on_signals(stories_dir, sig):
+@pytest.mark.parametrize("sig,extra,ids", [
+    (signal.SIGTERM, (), ["stories260K"]),
+    (signal.SIGINT, ("--quant", "w8a16"), ["stories260K", "stories260K-w8a16"]),
+])
+def test_serve_runs_headless_and_stops_on_signals(stories_dir, sig, extra, ids):
     proc = _serve("--model", str(stories_dir), "--port", "0", "--threads", "1",
-                  "--api-key", "k", "--log-level", "warning", "--grace", "2")
+                  "--api-key", "k", "--log-level", "warning", "--grace", "2", *extra)
     try:
         url = _wait_for_url(proc)
         auth = {"Authorization": "Bearer k"}
         models = httpx.get(url + "/v1/models", headers=auth).json()
-        assert [m["id"] for m in models["data"]] == ["stories260K"]
-        r = httpx.post(url + "/v1/chat/completions", headers=auth, timeout=60, json={
-            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
-        assert r.json()["usage"]["completion_tokens"] == 3
+        assert [m["id"] for m in models["data"]] == ids
+        assert [m["quantization"] for m in models["data"]][1:] == [x.rsplit("-", 1)[1]
+                                                                   for x in ids[1:]]
+        for model in ids:
+            r = httpx.post(url + "/v1/chat/completions", headers=auth, timeout=60, json={
+                "model": model, "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 3})
+            assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["model"] == model
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -23,7 +23,9 @@ STORY_PROMPT = "Once upon a time"
 
 def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str, ...] = (),
                **config):
-    """A LocalEngine with stories260K loaded as `name` (and again under each extra name)."""
+    """A LocalEngine with stories260K loaded as `name` and again under each extra name: a name
+    ending in "-bf16" loads it in bfloat16, one ending in "-w8a16" or "-w8a8-dynamic" serves an
+    INT8 copy quantized with that method (as `npu-console serve --quant` does)."""
     from engine.runtime.config import EngineConfig
     from engine.runtime.engine import LocalEngine
 
@@ -37,15 +39,22 @@ def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str,
             eng = LocalEngine(EngineConfig(**config))
             eng.load(stories_dir, name=name, default=True).result(300)
             for extra in extra_names:
-                eng.load(stories_dir, name=extra, dtype="bfloat16").result(300)
+                method = next((m for m in ("w8a16", "w8a8-dynamic") if extra.endswith(m)), None)
+                if method:
+                    from engine.cli.serve_cmd import add_int8_variant
+                    from engine.models import load_model
+
+                    add_int8_variant(eng, load_model(stories_dir), method, extra)
+                else:
+                    eng.load(stories_dir, name=extra, dtype="bfloat16").result(300)
             _ENGINES[key] = eng
         return eng
 
 
 def default_engine(stories_dir: Path):
-    """The engine most API tests share: stories260K as "stories" (float32, the default) and
-    as "stories-bf16"."""
-    return engine_for(stories_dir, extra_names=("stories-bf16",))
+    """The engine most API tests share: stories260K as "stories" (float32, the default), as
+    "stories-bf16" and as an INT8 (W8A8 dynamic) "stories-w8a8-dynamic"."""
+    return engine_for(stories_dir, extra_names=("stories-bf16", "stories-w8a8-dynamic"))
 
 
 @atexit.register

@@ -104,3 +104,4 @@ def test_bandwidth_table_and_host_measurement():
     assert 0.2 < first.gbps < 2000
     again = measure_host_bandwidth(size_mb=64, passes=2)
     assert again.gbps == pytest.approx(first.gbps, rel=0.01) and "cached" in again.source
+

@@ -98,6 +98,16 @@ def test_cancel_keeps_what_finished(server):
     assert reports[0].total == 30 and reports[0].done == 1
 
 
+def test_tokenizer_gives_exact_prompt_lengths(server, stories_dir):
+    url, _ = server
+    result = run_serving_benchmark(ServingConfig(
+        base_url=url, num_prompts=3, concurrency=3, input_len=20, output_len=3,
+        tokenizer=str(stories_dir)))
+    assert result.metrics.completed == 3
+    # the server's count: the 20 random tokens plus the BOS it adds to completions
+    assert {r.prompt_len for r in result.requests} == {21}
+
+
 def test_chat_endpoint_with_a_jsonl_dataset(server, tmp_path):
     url, finishes = server
     ds = tmp_path / "prompts.jsonl"

@@ -88,6 +88,7 @@ def test_about_box_lists_versions(qtbot, tmp_path):
 def test_closing_while_streaming_shuts_down_within_3s(qtbot, tmp_path, stories_dir):
     from console.testing import make_window, model_names
 
+    before = {t.ident for t in threading.enumerate()}  # other tests' threads are not ours to judge
     win = make_window(tmp_path)
     host = win.ctx.engine_host
     host.start()
@@ -107,7 +108,7 @@ def test_closing_while_streaming_shuts_down_within_3s(qtbot, tmp_path, stories_d
     assert not engine._thread.is_alive()
     live = [t.name for t in threading.enumerate()
             if t.name.startswith(("stream-", "bridge-", "npu-console-engine", "telemetry-"))
-            and t.is_alive()]
+            and t.is_alive() and t.ident not in before]
     assert not live, f"threads left running: {live}"
     assert engine.stats().state == "stopped"
     # the reply in progress was saved with what had streamed

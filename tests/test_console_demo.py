@@ -12,15 +12,16 @@ from PySide6.QtCore import Qt
 
 from console.testing import make_window
 
-pytestmark = [pytest.mark.gui]
+pytestmark = [pytest.mark.slow, pytest.mark.gui]  # building the window takes seconds here
 
 
-@pytest.fixture
-def window(qapp, tmp_path, npu_smi_fixtures):
+@pytest.fixture(scope="module")
+def window(qapp, tmp_path_factory, npu_smi_fixtures):
     capture = npu_smi_fixtures / "910b3_info_1.txt"
     if not capture.is_file():
         pytest.skip("910B capture missing")
-    win = make_window(tmp_path, model="", replay=[str(capture)], start_engine=False)
+    home = tmp_path_factory.mktemp("demo-home")
+    win = make_window(home, model="", replay=[str(capture)], start_engine=False)
     yield win
     win.close()
 
@@ -48,7 +49,7 @@ def test_f11_opens_demo_and_esc_closes_it(window, qtbot):
     assert not demo.isVisible()
 
 
-def test_menu_action_reopens_demo(window, qtbot):
+def test_menu_action_reopens_demo_and_closing_the_console_closes_it(window, qtbot):
     demo = window.open_demo()
     assert demo.isFullScreen()
     demo.close()

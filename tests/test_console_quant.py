@@ -69,7 +69,11 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     page.set_method("w8a8-dynamic", "no-down-proj")
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     page.set_calibration(str(calib), 4, 32)
-    assert page.calib_info.text().startswith("40 documents")
+    qtbot.waitUntil(lambda: page.calib_info.text().startswith("40 documents"), timeout=10_000)
+    page.calib_path.setText(str(calib) + ".missing")
+    page.update_calib_info()
+    qtbot.waitUntil(lambda: "not found" in page.calib_info.text(), timeout=10_000)
+    page.calib_path.setText(str(calib))
     page.go(4)
     assert "All but down_proj" in page.plan_summary.text()
     qtbot.mouseClick(page.run_btn, Qt.LeftButton)
@@ -87,13 +91,17 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     assert (runs_dir() / run.out_dir.rsplit("/", 1)[-1] / "npu_quant.json").is_file()
     # kept in the history; the same combination is recognised as measured
     assert page.history.rowCount() == 1
+    assert page.known_label.text() == ""  # just measured, not "already"
+    page._fresh_key, page.run = None, None  # a later session: the stored result is offered
+    page.table.clearContents()
     page._options_changed()
     assert page.known_label.text().startswith("Already measured")
+    assert page.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
 
     # auto-loaded next to the float model, and it answers in the chat
     name = "stories-w8a8-dynamic"
-    qtbot.waitUntil(lambda: name in model_names(window), timeout=WAIT_MS)
-    assert page.loaded_variant == name
+    qtbot.waitUntil(lambda: page.loaded_variant == name, timeout=WAIT_MS)
+    assert name in model_names(window) and "Loaded as" in page.save_status.text()
     info = next(m for m in window.ctx.engine_host.models() if m.name == name)
     assert info.quantization == "w8a8-dynamic"
     chat = window.page("chat")
@@ -112,7 +120,9 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     demo.panes[1][0].setCurrentText(name)
     assert len(demo.send("The dog")) == 2
     qtbot.waitUntil(lambda: not demo.busy(), timeout=WAIT_MS)
-    assert all(p.toPlainText().strip() for _b, p in demo.panes)
+    for _box, pane in demo.panes:
+        prompt, answer = pane.toPlainText().split("\n\n", 1)
+        assert prompt == "» The dog" and "tokens ·" in answer
     demo.close()
     window.show_page("quantize")
 

@@ -103,3 +103,13 @@ def test_standin_enforces_documented_contracts(standin):
     assert deq.dtype == torch.int64 and bool(((deq >> 46) & 1).all())
     assert torch.allclose(torch_npu_standin._decode_scale(deq).float(),
                           torch.tensor([0.0123, 1.5]), rtol=1e-3)
+
+
+def test_npu_serving_copy_survives_releasing_the_plain_weight(standin):
+    standin()
+    q, x = _module("w8a8-dynamic", torch.bfloat16, bias=False)
+    q.backend = "npu"
+    before = q(x)
+    q.release_plain_weight()
+    assert q.weight.numel() == 0
+    assert torch.equal(q(x), before)

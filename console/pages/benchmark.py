@@ -320,8 +320,6 @@ class BenchmarkPage(Page):
             self.last_error = str(exc)
             self.progress.finish(f"⚠ {exc}")
             return None
-        from engine.bench.progress import BenchError  # noqa: F401 - imported for the worker
-
         self.last_error = ""
         self.job = BackgroundJob(fn, kind, parent=self)
         self.progress.bind(self.job)
@@ -333,9 +331,10 @@ class BenchmarkPage(Page):
         self.job.start()
         return self.job
 
-    def _offline_job(self):
-        from engine.bench import OfflineConfig, run_offline_sweep
+    # engine.bench imports (numpy, httpx, torch on first use) happen in the worker functions,
+    # not on the GUI thread
 
+    def _offline_job(self):
         path = self.model_box.currentData()
         if not path:
             raise ValueError("Load a model first (Models page): the sweep benchmarks a loaded "
@@ -343,11 +342,14 @@ class BenchmarkPage(Page):
         sizes = self.batch_sizes()
         if not sizes:
             raise ValueError("Tick at least one batch size.")
-        cfg = OfflineConfig(model=path, batch_sizes=sizes, input_len=self.input_len.value(),
-                            output_len=self.output_len.value(), num_threads=1)
+        opts = {"model": path, "batch_sizes": sizes, "input_len": self.input_len.value(),
+                "output_len": self.output_len.value(), "num_threads": 1}
         name = self.model_box.currentText()
 
         def work(report):
+            from engine.bench import OfflineConfig, run_offline_sweep
+
+            cfg = OfflineConfig(**opts)
             res = run_offline_sweep(cfg, progress=lambda p: report(p.fraction, p.message),
                                     cancel=report.cancel)
             res.model["name"] = name
@@ -357,8 +359,6 @@ class BenchmarkPage(Page):
         return work, "offline"
 
     def _serving_job(self):
-        from engine.bench import SLO, ServingConfig, run_serving_benchmark
-
         if self.target_local.isChecked():
             server = self._server_page()
             if server is None or not server.running():
@@ -371,16 +371,18 @@ class BenchmarkPage(Page):
             if not url.startswith(("http://", "https://")):
                 raise ValueError("Enter the server's URL, starting with http:// or https://")
             key = self.key_edit.text().strip() or None
-        slo = SLO(ttft_ms=self.slo_ttft.value() or None, tpot_ms=self.slo_tpot.value() or None)
-        cfg = ServingConfig(base_url=url, model=self.model_edit.text().strip() or None,
-                            api_key=key, num_prompts=self.num_prompts.value(),
-                            concurrency=self.concurrency.value() if self.mode_conc.isChecked()
-                            else None,
-                            rate=self.rate.value() if self.mode_rate.isChecked() else None,
-                            input_len=self.s_input.value(), output_len=self.s_output.value(),
-                            slo=slo)
+        slo = {"ttft_ms": self.slo_ttft.value() or None,
+               "tpot_ms": self.slo_tpot.value() or None}
+        opts = {"base_url": url, "model": self.model_edit.text().strip() or None, "api_key": key,
+                "num_prompts": self.num_prompts.value(),
+                "concurrency": self.concurrency.value() if self.mode_conc.isChecked() else None,
+                "rate": self.rate.value() if self.mode_rate.isChecked() else None,
+                "input_len": self.s_input.value(), "output_len": self.s_output.value()}
 
         def work(report):
+            from engine.bench import SLO, ServingConfig, run_serving_benchmark
+
+            cfg = ServingConfig(**opts, slo=SLO(**slo))
             res = run_serving_benchmark(cfg, progress=lambda p: report(p.fraction, p.message),
                                         cancel=report.cancel)
             if not res.requests and res.cancelled:

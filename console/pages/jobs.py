@@ -4,6 +4,7 @@ hands its result (or a one-line error) back to the GUI thread through queued sig
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -99,6 +100,7 @@ class BackgroundJob(QObject):
         return elapsed * (1.0 - self.fraction) / self.fraction
 
     def _run(self) -> None:
+        _lower_priority()
         reporter = Reporter(self)
         try:
             result = self.fn(reporter)
@@ -117,6 +119,16 @@ class BackgroundJob(QObject):
             else:
                 self.finished.emit(result)
         self.ended.emit()
+
+
+def _lower_priority(step: int = 5) -> None:
+    """Make this worker thread nicer than the GUI thread (Linux schedules threads as tasks), so
+    on a busy machine the scheduler runs the event loop first; elsewhere a no-op."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + step)
+    except (AttributeError, OSError):
+        pass
 
 
 def _user_error(exc: BaseException) -> bool:

@@ -7,9 +7,10 @@ Cancel); measured runs are kept in a JSON history so a combination is measured o
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -74,6 +75,8 @@ class QuantizePage(Page):
     title = "Quantize"
     icon = "◧"
 
+    _calib_ready = Signal(int, str)  # request number, summary line (from a worker thread)
+
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
         self.store = QuantRunStore()
@@ -128,6 +131,8 @@ class QuantizePage(Page):
 
         self.setStyleSheet(radio_style())
         self._fresh_key: str | None = None  # the run measured in this session just now
+        self._calib_gen = 0
+        self._calib_ready.connect(self._on_calib_ready)
         ctx.engine_host.models_changed.connect(self.set_models)
         ctx.engine_host.load_finished.connect(self._on_variant_loaded)
         self.set_models(ctx.engine_host.models())
@@ -502,7 +507,11 @@ class QuantizePage(Page):
             self.plan_label.setText(str(exc))
             self.plan_summary.setText(str(exc))
             self.known_label.setText("")
+            self.run_btn.setEnabled(False)
+            self.sens_btn.setEnabled(False)
             return
+        self.run_btn.setEnabled(not self.busy())
+        self.sens_btn.setEnabled(not self.busy())
         self.plan_label.setText(f"{plan.model_name}: {plan.describe()}")
         self.plan_summary.setText(
             f"<b>{plan.model_name}</b> · {plan.describe()}<br>"
@@ -567,17 +576,26 @@ class QuantizePage(Page):
         if self.calib_file_radio.isChecked() and not path:
             self.calib_info.setText("Choose a file.")
             return
-        from engine.quant.config import QuantError
+        # reading the text imports torch (engine.quant.calib): never on the GUI thread
+        self._calib_gen += 1
+        gen, samples, seq = self._calib_gen, self.samples.value(), self.seq_len.value()
+        self.calib_info.setText("Reading the calibration text…")
 
-        try:
-            docs, words = calib_summary(path)
-        except QuantError as exc:
-            self.calib_info.setText(f"⚠ {exc}")
-            self.calib_info.setProperty("muted", False)
-            return
-        self.calib_info.setText(
-            f"{docs} documents, about {words:,} words. Up to {self.samples.value()} samples of "
-            f"{self.seq_len.value()} tokens are cut from it evenly.")
+        def work():
+            try:
+                docs, words = calib_summary(path)
+            except Exception as exc:  # noqa: BLE001 - QuantError and friends: one line
+                text = f"⚠ {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            else:
+                text = (f"{docs} documents, about {words:,} words. Up to {samples} samples of "
+                        f"{seq} tokens are cut from it evenly.")
+            self._calib_ready.emit(gen, text)
+
+        threading.Thread(target=work, name="calib-summary", daemon=True).start()
+
+    def _on_calib_ready(self, gen: int, text: str) -> None:
+        if gen == self._calib_gen:
+            self.calib_info.setText(text)
 
     # ------------------------------------------------------------------ jobs
 

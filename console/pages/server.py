@@ -7,8 +7,10 @@ the GUI thread through a queued signal.
 
 from __future__ import annotations
 
+import errno
 import json
 import secrets
+import socket
 import threading
 import time
 
@@ -36,6 +38,22 @@ from console.theme import current_theme
 from console.widgets.basic import Lamp, card, muted, page_title
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why host:port cannot be listened on, or None when it is free: a bind attempt as
+    engine.api.server does it (SO_REUSEADDR), without importing the web stack on the GUI thread."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} is in use"
+        if exc.errno == errno.EACCES:
+            return f"no permission for port {port} (below 1024)"
+        return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
 LOG_ROWS = 500
 
 
@@ -234,15 +252,9 @@ class ServerPage(Page):
         if self.running():
             self.port_status.setText("")
             return True
-        from engine.api.server import ServerStartError, port_in_use
-
-        try:
-            busy = port_in_use(self.host(), self.port.value())
-        except ServerStartError as exc:
-            self.port_status.setText(f"⚠ {exc}")
-            return False
-        self.port_status.setText(f"⚠ port {self.port.value()} is in use" if busy else "free")
-        return not busy
+        problem = port_problem(self.host(), self.port.value())
+        self.port_status.setText(f"⚠ {problem}" if problem else "free")
+        return problem is None
 
     def generate_key(self) -> str:
         key = secrets.token_urlsafe(24)
@@ -316,16 +328,6 @@ class ServerPage(Page):
         if self.lan.isChecked() and not self.api_key.text().strip():
             self._show_error("Listening on the network needs an API key: press Generate.")
             return False
-        from engine.api.request_log import RequestLog
-        from engine.api.server import ServerController
-        from engine.api.settings import parse_origins
-
-        if self.controller is None or self.controller.engine is not engine:
-            self.request_log = self.request_log or RequestLog(LOG_ROWS)
-            self.controller = ServerController(engine, request_log=self.request_log,
-                                               telemetry_poller=self.ctx.telemetry.poller)
-            if self._unsubscribe is None:
-                self._unsubscribe = self.request_log.subscribe(self.log_entry.emit)
         self._save_settings()
         # the queue limit belongs to the engine (Chat shares it); the admission middleware
         # answers 429 from it before parsing a body
@@ -334,13 +336,26 @@ class ServerPage(Page):
             engine_config.max_waiting = self.max_queue.value()
         host, port = self.host(), self.port.value()
         key = self.api_key.text().strip() or None
-        origins = parse_origins(self.cors.text())
-        controller = self.controller
+        cors = self.cors.text()
+        poller = self.ctx.telemetry.poller
         self._set_busy(True, "Starting…")
 
         def work():
+            # fastapi/uvicorn/pydantic import here, never on the GUI thread: the import takes
+            # a while, and racing a model load's imports of pydantic broke it half-initialised
             try:
-                url = controller.start(host, port, api_key=key, cors_origins=origins)
+                from engine.api.request_log import RequestLog
+                from engine.api.server import ServerController
+                from engine.api.settings import parse_origins
+
+                if self.controller is None or self.controller.engine is not engine:
+                    if self.request_log is None:
+                        self.request_log = RequestLog(LOG_ROWS)
+                        self._unsubscribe = self.request_log.subscribe(self.log_entry.emit)
+                    self.controller = ServerController(engine, request_log=self.request_log,
+                                                       telemetry_poller=poller)
+                url = self.controller.start(host, port, api_key=key,
+                                            cors_origins=parse_origins(cors))
             except Exception as exc:  # noqa: BLE001 - shown as one line on the page
                 self._op_done.emit("start", "", str(exc).splitlines()[0] or type(exc).__name__)
             else:

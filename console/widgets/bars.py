@@ -63,5 +63,6 @@ def radio_style() -> str:
     return (f"QRadioButton {{ background: transparent; spacing: 6px; }}"
             f"QRadioButton::indicator {{ width: 12px; height: 12px; border-radius: 7px; "
             f"border: 1px solid {c['muted']}; background: {c['input']}; }}"
-            f"QRadioButton::indicator:checked {{ background: {c['accent']}; "
-            f"border: 3px solid {c['input']}; outline: 1px solid {c['accent']}; }}")
+            f"QRadioButton::indicator:checked {{ background: qradialgradient(cx:0.5, cy:0.5, "
+            f"radius:0.5, fx:0.5, fy:0.5, stop:0 {c['accent']}, stop:0.55 {c['accent']}, "
+            f"stop:0.65 {c['input']}, stop:1 {c['input']}); border: 1px solid {c['accent']}; }}")

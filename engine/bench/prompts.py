@@ -59,7 +59,17 @@ def random_token_prompts(tokenizer: Any, n: int, input_len: int, output_len: int
     """Text decoded from random token ids, re-encoded and trimmed to exactly `input_len`."""
     rng = random.Random(seed)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    vocab = [i for i in range(len(tokenizer)) if i not in special]
+    # only tokens that decode to clean text on their own: byte-fallback pieces turn into
+    # U+FFFD and re-encode as several tokens, so the length would never settle
+    vocab = []
+    for i in range(len(tokenizer)):
+        if i in special:
+            continue
+        piece = tokenizer.decode([i])
+        if piece.strip() and "\ufffd" not in piece and piece.isprintable():
+            vocab.append(i)
+    if not vocab:
+        raise DatasetError("the tokenizer has no printable tokens to build prompts from")
     out = []
     for _ in range(n):
         ids = [rng.choice(vocab) for _ in range(input_len)]

@@ -1,10 +1,13 @@
 """A benchmark model without downloads: the Qwen2.5-0.5B configuration with random weights.
 
 Speed depends on shapes, not on trained values, so this stands in for the real checkpoint in
-benchmarks (no model hub needed). The tokenizer is word-level over the whole vocabulary ("t3"
-... "t151935"), so every generated id decodes to text and streams like a real model's output.
+offline benchmarks (no model hub needed). The tokenizer is copied from a local folder (the
+stories260K or demo tokenizer): its vocabulary is smaller than the model's 151936 ids, which
+the offline sweep does not mind (prompts are random ids over the model's vocabulary; generated
+ids past the tokenizer decode to nothing) but which makes streamed text mostly empty, so use a
+real checkpoint for serving runs.
 
-    python -m engine.bench.random_model --out /tmp/qwen05b-random
+    python -m engine.bench.random_model --out /tmp/qwen05b-random --tokenizer TOKENIZER_DIR
 """
 
 from __future__ import annotations
@@ -20,38 +23,27 @@ QWEN25_05B = {
 }
 
 
-def word_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    # special tokens get names that never occur inside "t<digits>" (they are matched anywhere)
-    vocab = {f"t{i}": i for i in range(3, vocab_size)}
-    vocab.update({"<unk>": 0, "<s>": 1, "</s>": 2})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")  # joins the words with spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>")
-
-
-def make_random_qwen(out: str | Path, seed: int = 0, dtype: str = "bfloat16") -> Path:
+def make_random_qwen(out: str | Path, tokenizer_dir: str | Path, seed: int = 0,
+                     dtype: str = "bfloat16") -> Path:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B)).to(getattr(torch, dtype))
     model.save_pretrained(out)
-    word_tokenizer(QWEN25_05B["vocab_size"]).save_pretrained(out)
+    tok.save_pretrained(out)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder to write")
+    ap.add_argument("--tokenizer", required=True, help="local folder to copy the tokenizer from")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(make_random_qwen(args.out, args.seed))
+    print(make_random_qwen(args.out, args.tokenizer, args.seed))
 
 
 if __name__ == "__main__":

@@ -265,12 +265,15 @@ async def _resolve_model(client: httpx.AsyncClient, cfg: ServingConfig) -> tuple
 
 
 async def _probe(client: httpx.AsyncClient, cfg: ServingConfig, model: str,
-                 notes: list[str]) -> tuple[bool, float | None]:
+                 notes: list[str], text: str | None = None) -> tuple[bool, float | None]:
     """One short request before the run: checks the endpoint, whether `ignore_eos` is accepted,
-    and how many tokens the server counts per random word. Returns (ignore_eos, tokens/word)."""
+    and (for random-word prompts, text None) how many tokens the server counts per word.
+    Returns (ignore_eos, tokens per word or None)."""
     import random
 
-    text = random_word_text(random.Random(cfg.seed + 7919), PROBE_WORDS)
+    calibrate = text is None
+    if text is None:
+        text = random_word_text(random.Random(cfg.seed + 7919), PROBE_WORDS)
     ignore = cfg.ignore_eos
     for _attempt in range(2):
         path, body = build_payload(cfg, model, text, 2, ignore)
@@ -287,7 +290,7 @@ async def _probe(client: httpx.AsyncClient, cfg: ServingConfig, model: str,
     if not rec.usage_reported:
         notes.append("the server sent no usage: output lengths are counted in stream chunks")
         return ignore, None
-    return ignore, rec.prompt_len / PROBE_WORDS
+    return ignore, (rec.prompt_len / PROBE_WORDS if calibrate else None)
 
 
 def _make_prompts(cfg: ServingConfig, tokens_per_word: float | None,
@@ -333,8 +336,13 @@ async def arun_serving_benchmark(cfg: ServingConfig, progress: ProgressFn | None
     async with httpx.AsyncClient(base_url=base, headers=_headers(cfg.api_key), timeout=timeout,
                                  limits=limits) as client:
         model, card = await _resolve_model(client, cfg)
-        ignore_eos, tokens_per_word = await _probe(client, cfg, model, notes)
-        prompts = _make_prompts(cfg, tokens_per_word, notes)
+        if cfg.dataset or cfg.tokenizer:  # lengths known without asking the server
+            prompts = _make_prompts(cfg, None, notes)
+            ignore_eos, tokens_per_word = await _probe(client, cfg, model, notes,
+                                                       prompts[0].text)
+        else:
+            ignore_eos, tokens_per_word = await _probe(client, cfg, model, notes)
+            prompts = _make_prompts(cfg, tokens_per_word, notes)
         offsets = send_offsets(len(prompts), cfg.rate, cfg.burstiness, cfg.seed)
         sem = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
         records: list[RequestRecord | None] = [None] * len(prompts)

@@ -20,6 +20,9 @@ def register(sub) -> None:
                                    "/v1/models, /health and /metrics until Ctrl-C or SIGTERM.")
     add_model_args(p)
     p.add_argument("--name", default=None, help="model id clients use (default: folder name)")
+    p.add_argument("--quant", default=None, choices=["w8a16", "w8a8-dynamic"],
+                   help="also serve an INT8 copy of the model, as ID-METHOD (e.g. demo-w8a16); "
+                        "requests pick a variant by its id")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; any other needs --api-key)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
@@ -68,20 +71,22 @@ def _check_args(args) -> None:
 def run(args) -> int:
     import logging
 
-    from engine.api import PortInUseError, ServerController, ServerStartError, port_in_use
-    from engine.api.settings import parse_origins
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
-    from engine.runtime.types import EngineError
+    from engine.api.server import PortInUseError, ServerStartError, port_in_use
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    # fail before the imports of torch and a long model load, not after them
     _check_args(args)
-    # fail before a long model load, not after it
     try:
         if args.port and port_in_use(args.host, args.port):
             raise CliError(str(PortInUseError(args.host, args.port)))
     except ServerStartError as exc:
         raise CliError(str(exc)) from None
+
+    from engine.api import ServerController
+    from engine.api.settings import parse_origins
+    from engine.runtime.config import EngineConfig
+    from engine.runtime.engine import LocalEngine
+    from engine.runtime.types import EngineError
 
     loaded = load_for_cli(args)
     config = EngineConfig(max_waiting=args.max_queue)
@@ -91,8 +96,14 @@ def run(args) -> int:
         config.num_threads = args.threads
     engine = LocalEngine(config)
     try:
+        name = args.name or loaded.name
         try:
-            info = engine.add_model(loaded, name=args.name or loaded.name, default=True).result()
+            info = engine.add_model(loaded, name=name, default=True).result()
+            if args.quant:
+                quantized = add_int8_variant(engine, load_for_cli(args, quiet=True), args.quant,
+                                             f"{name}-{args.quant}")
+                print(f"also serving {quantized.name} ({quantized.quantization})",
+                      file=sys.stderr, flush=True)
         except EngineError as exc:
             raise CliError(str(exc)) from None
         # the model's objects live as long as the process: keep the collector from walking them
@@ -116,6 +127,20 @@ def run(args) -> int:
         engine.shutdown()
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def add_int8_variant(engine, loaded, method: str, name: str):
+    """Quantize a second copy of the model in memory (methods that need no calibration) and
+    serve it beside the float one; returns its ModelInfo."""
+    from engine.quant import QuantConfig, QuantError, prepare_for_serving, quantize_model
+
+    try:
+        quantize_model(loaded.model, QuantConfig(method=method))
+    except QuantError as exc:
+        raise CliError(f"cannot quantize {loaded.name}: {exc}") from None
+    prepare_for_serving(loaded.model)
+    loaded.quantization = method
+    return engine.add_model(loaded, name=name).result()
 
 
 def _wait_for_signal(controller) -> None:

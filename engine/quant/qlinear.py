@@ -73,8 +73,8 @@ class QuantLinear(nn.Module):
             moved = self._buffers[k]
             if moved.dtype != torch.float32:
                 self._buffers[k] = old.to(device=moved.device)
-        if self.bias is not None:
-            self.float_dtype = self.bias.dtype
+        # follow casts (model.to(bfloat16)) even without a bias to read the dtype from
+        self.float_dtype = fn(torch.empty(0, dtype=self.float_dtype)).dtype
         return out
 
     def release_plain_weight(self) -> None:

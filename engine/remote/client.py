@@ -213,8 +213,9 @@ class RemoteEngine:
 
     async def _pump(self, stream: _Stream, resp: httpx.Response) -> None:
         fin: FinishEvent | None = None
+        events = sse_events(resp)
         try:
-            async for ev in sse_events(resp):
+            async for ev in events:
                 now = time.monotonic()
                 if "error" in ev and not ev.get("choices"):
                     stream.error = error_message(ev)[0]
@@ -254,6 +255,8 @@ class RemoteEngine:
             fin = stream.finish_event("error", f"{type(exc).__name__}: {exc}")
         finally:
             # closing a broken connection may fail too
+            with contextlib.suppress(Exception):
+                await events.aclose()
             with contextlib.suppress(Exception):
                 await asyncio.shield(resp.aclose())
             with self._lock:
@@ -408,6 +411,7 @@ class RemoteEngine:
                 await asyncio.wait(pending, timeout=timeout)
             if self._client is not None:
                 await self._client.aclose()
+            await self._loop.shutdown_asyncgens()
 
         with contextlib.suppress(Exception):  # shutting down regardless
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout + 1.0)

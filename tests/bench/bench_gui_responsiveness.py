@@ -9,6 +9,14 @@ engine streams N concurrent replies through the bridge into chat bubbles while t
         [--model DIR] [--streams 8] [--max-tokens 200] [--rounds 2]
 
 Targets: p99 gap <= 50 ms, max gap <= 200 ms.
+
+`--mode quantize` / `--mode benchmark` (console part 2) measure the same gaps while the
+Quantize page runs a whole wizard job (W8A8 static + SmoothQuant: load, calibrate, quantize,
+export, float-vs-INT8 measurement) or the Benchmark page runs an offline batch sweep
+(1/2/4/8), with that page on screen and its progress bar / time-left label updating:
+
+    QT_QPA_PLATFORM=offscreen nice -n 10 python tests/bench/bench_gui_responsiveness.py \
+        --mode quantize
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--mode", choices=("stream", "quantize", "benchmark"), default="stream")
     args = ap.parse_args()
+    if args.mode != "stream":
+        return job_mode(args)
 
     import numpy as np
     import qasync
@@ -132,6 +143,77 @@ def main() -> int:
     t = time.monotonic()
     window.close()
     result["close_s"] = round(time.monotonic() - t, 2)
+    print(json.dumps(result))
+    ok = result["gap_p99_ms"] <= 50 and result["gap_max_ms"] <= 200
+    print("PASS" if ok else "FAIL: targets p99 <= 50 ms, max <= 200 ms")
+    return 0 if ok else 1
+
+
+def job_mode(args) -> int:
+    """Gaps of the GUI thread while a part-2 page runs its background job."""
+    import numpy as np
+    from PySide6.QtCore import QTimer
+
+    from console.app import ensure_app
+    from console.testing import make_window, model_names, pump_until
+    from engine.paths import CALIB_DIR, DEMO_MODEL_DIR
+
+    model = args.model or (str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists()
+                           else str(ROOT.parent / "shared" / "models" / "stories260K"))
+    ensure_app()
+    home = Path(os.environ["NPU_CONSOLE_HOME"])
+    window = make_window(home, model=model)
+    window.resize(1360, 860)
+    if not pump_until(lambda: bool(model_names(window)), 300):
+        print("model did not load", file=sys.stderr)
+        return 1
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    probe = QTimer()
+    probe.setInterval(5)
+    probe.timeout.connect(tick)
+    pump_until(lambda: False, 2.0)  # let start-up settle
+    if args.mode == "quantize":
+        page = window.page("quantize")
+        window.show_page("quantize")
+        page.set_method("w8a8-static", "all", smoothquant=0.5)
+        calib = None if (CALIB_DIR / "calibration.txt").is_file() else str(ROOT / "README.md")
+        page.set_calibration(calib, 32, 128)
+        page.go(4)
+        page.auto_load.setChecked(False)  # measure the job alone, not the load after it
+        start = page.start_run
+    else:
+        page = window.page("benchmark")
+        window.show_page("benchmark")
+        page.tabs.setCurrentIndex(0)
+        for b, check in page.batch_checks.items():
+            check.setChecked(b <= 8)
+        page.input_len.setValue(64)
+        page.output_len.setValue(64)
+        start = page.start
+    last[0] = time.perf_counter()
+    probe.start()
+    t0 = time.perf_counter()
+    job = start()
+    if job is None:
+        print("the job did not start", file=sys.stderr)
+        return 1
+    pump_until(lambda: not page.busy(), 1800, step=0.001)
+    elapsed = time.perf_counter() - t0
+    probe.stop()
+    g = np.array(gaps) * 1000.0
+    result = {"mode": args.mode, "model": Path(model).name, "seconds": round(elapsed, 1),
+              "ticks": len(g), "gap_p50_ms": round(float(np.percentile(g, 50)), 1),
+              "gap_p99_ms": round(float(np.percentile(g, 99)), 1),
+              "gap_max_ms": round(float(g.max()), 1), "load_avg": os.getloadavg()[0],
+              "cpu_count": os.cpu_count()}
+    window.close()
     print(json.dumps(result))
     ok = result["gap_p99_ms"] <= 50 and result["gap_max_ms"] <= 200
     print("PASS" if ok else "FAIL: targets p99 <= 50 ms, max <= 200 ms")

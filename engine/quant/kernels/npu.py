@@ -82,7 +82,10 @@ class NpuBackend:
             if mod.bias is not None:
                 c["bias"] = mod.bias.float() if dtype == torch.bfloat16 else mod.bias.to(dtype)
         else:
-            c["w_kn"] = mod.weight.t().contiguous()
+            # the (K, N) copy is dtype-independent: keep one, even when the plain weight is gone
+            if "npu_w_kn" not in mod._cache:
+                mod._cache["npu_w_kn"] = mod.weight.t().contiguous()
+            c["w_kn"] = mod._cache["npu_w_kn"]
             k = mod.in_features
             if mod.method == "w8a8-dynamic":
                 c["scale"] = mod.weight_scale.float()
