@@ -158,8 +158,13 @@ class EngineHost(QObject):
         finally:
             with self._lock:
                 self._jobs.pop(job.job_id, None)
-        self.load_finished.emit(job.job_id, info, error)
-        self.models_changed.emit(self.models())
+        if self._closing:
+            return  # the window is gone (or going): its signals may already be deleted
+        try:
+            self.load_finished.emit(job.job_id, info, error)
+            self.models_changed.emit(self.models())
+        except RuntimeError:  # deleted between the check and the emit, during shutdown
+            log.debug("load %s finished after the console closed", job.path)
 
     def _engine_load(self, job: LoadJob, cancel: threading.Event):
         """Load here (fine-grained progress, cancel between stages), then hand the model over;

@@ -19,6 +19,11 @@ from engine.models.memory import estimate_memory, fits_message
 
 ProgressFn = Callable[[float, str], None]
 
+# transformers' from_pretrained patches module-global state while it builds a model (empty-weight
+# init on the meta device), so two loads on two threads corrupt each other ("Cannot copy out of
+# meta tensor"). Loads are rare and slow anyway: one at a time per process.
+MODEL_BUILD_LOCK = threading.Lock()
+
 
 class LoadCancelled(Exception):
     """The caller cancelled a load; nothing stays allocated."""
@@ -112,7 +117,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
         raise ModelFolderError(_single_problem(report, "tokenizer", exc)) from None
     step(0.25, "loading the weights")
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+        with MODEL_BUILD_LOCK:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
     except Exception as exc:  # noqa: BLE001 - reported as a folder problem, in one line
         raise ModelFolderError(_single_problem(report, "weights", exc)) from None
     step(0.85, f"moving to {dev.torch_device}")

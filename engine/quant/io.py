@@ -269,7 +269,9 @@ def _skeleton(path: Path, dtype: torch.dtype) -> Any:
         from transformers.modeling_utils import no_init_weights
     except ImportError:  # pragma: no cover - older transformers
         from contextlib import nullcontext as no_init_weights
-    with no_init_weights():
+    from engine.models.loader import MODEL_BUILD_LOCK
+
+    with MODEL_BUILD_LOCK, no_init_weights():  # module-global state: one build at a time
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     return model
 

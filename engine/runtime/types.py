@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterator, Literal, Protocol, Union
+from typing import Any, Literal, Protocol
 
 _ids = itertools.count(1)
 
@@ -174,7 +175,7 @@ class FinishEvent:
     stop_reason: str | int | None = None  # the stop string / token id that ended it
 
 
-Event = Union[TokenEvent, FinishEvent]
+Event = TokenEvent | FinishEvent
 
 
 @dataclass(frozen=True)
