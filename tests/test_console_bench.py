@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
-from console.testing import make_window, model_names
+from console.testing import window_with_models
 
 WAIT_MS = 180_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -23,19 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
-    home = tmp_path_factory.mktemp("bench-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, model="")
-        host = win.ctx.engine_host
-        host.start()
-        host.load(stories_dir, name="stories")
-        from pytestqt.qtbot import QtBot
-
-        QtBot(qapp).waitUntil(lambda: model_names(win) == ["stories"], timeout=WAIT_MS)
-        win.show_page("benchmark")
+    home = tmp_path_factory.mktemp("benchmark-home")
+    with window_with_models(home, stories_dir, ["stories"], "benchmark", WAIT_MS / 1000) as win:
         yield win
-        win.close()
 
 
 def _wait(qtbot, page):

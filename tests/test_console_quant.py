@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt
 
-from console.testing import make_window, model_names
+from console.testing import model_names, window_with_models
 
 WAIT_MS = 240_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -32,21 +32,11 @@ def write_calib(path, paragraphs: int, words: int = 60):
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("quant-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, model="")
-        host = win.ctx.engine_host
-        host.start()
-        host.load(stories_dir, name="stories")
-        from pytestqt.qtbot import QtBot
-
-        QtBot(qapp).waitUntil(lambda: model_names(win) == ["stories"], timeout=WAIT_MS)
-        win.show_page("quantize")
+    with window_with_models(home, stories_dir, ["stories"], "quantize", WAIT_MS / 1000) as win:
         win.home = home
         page = win.page("quantize")
         page.eval_tokens, page.eval_prompts, page.new_tokens = 256, 2, 6
         yield win
-        win.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ openai = pytest.importorskip("openai")
 
 from PySide6.QtCore import Qt
 
-from console.testing import make_window, model_names
+from console.testing import window_with_models
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -28,18 +28,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("server-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, model="")
-        host = win.ctx.engine_host
-        host.start()
-        host.load(stories_dir, name="stories")
-        from pytestqt.qtbot import QtBot
-
-        QtBot(qapp).waitUntil(lambda: model_names(win) == ["stories"], timeout=WAIT_MS)
-        win.show_page("server")
+    with window_with_models(home, stories_dir, ["stories"], "server", WAIT_MS / 1000) as win:
         yield win
-        win.close()
 
 
 @pytest.fixture
