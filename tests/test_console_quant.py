@@ -1,4 +1,4 @@
-"""Quantization wizard on a real model (stories260K): run, compare, save, load the INT8 variant
+"""Quantization wizard on the built-in demo model (real trained weights): run, compare, save, load the INT8 variant
 and chat with it; cancel during calibration writes nothing; per-layer sensitivity chart."""
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def write_calib(path, paragraphs: int, words: int = 60):
 
 
 @pytest.fixture(scope="module")
-def window(qapp, stories_dir, tmp_path_factory):
+def window(qapp, demo_model_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("quant-home")
-    with window_with_models(home, stories_dir, ["stories"], "quantize", WAIT_MS / 1000) as win:
+    with window_with_models(home, demo_model_dir, ["demo"], "quantize", WAIT_MS / 1000) as win:
         win.home = home
         page = win.page("quantize")
         page.eval_tokens, page.eval_prompts, page.new_tokens = 256, 2, 6
@@ -53,7 +53,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
 
     page = window.page("quantize")
     page.set_models(window.ctx.engine_host.models())
-    assert page.model_box.currentData()[0] == "stories"
+    assert page.model_box.currentData()[0] == "demo"
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     assert page.stack.currentIndex() == 1
     page.set_method("w8a8-dynamic", "no-down-proj")
@@ -71,7 +71,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     _wait(qtbot, page)
     run = page.run
     assert run is not None, page.run_progress.stage.text()
-    assert run.quantized_layers == 5 * 6 and run.skipped_layers == 5  # 5 down_proj stay float
+    assert run.quantized_layers == 4 * 6 and run.skipped_layers == 4  # 4 down_proj stay float
     assert run.quant.disk_bytes < run.float.disk_bytes
     assert run.quant.memory_bytes < run.float.memory_bytes
     assert 0.0 <= run.quant.greedy_agreement <= 1.0
@@ -89,7 +89,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     assert page.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
 
     # auto-loaded next to the float model, and it answers in the chat
-    name = "stories-w8a8-dynamic"
+    name = "demo-w8a8-dynamic"
     qtbot.waitUntil(lambda: page.loaded_variant == name, timeout=WAIT_MS)
     assert name in model_names(window) and "Loaded as" in page.save_status.text()
     info = next(m for m in window.ctx.engine_host.models() if m.name == name)
@@ -106,7 +106,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
 
     # the demo view's A/B chat compares float and INT8 side by side
     demo = window.open_demo()
-    demo.panes[0][0].setCurrentText("stories")
+    demo.panes[0][0].setCurrentText("demo")
     demo.panes[1][0].setCurrentText(name)
     assert len(demo.send("The dog")) == 2
     qtbot.waitUntil(lambda: not demo.busy(), timeout=WAIT_MS)
@@ -169,7 +169,7 @@ def test_sensitivity_chart_and_recommended_skip_list(window, calib, qtbot):
     _wait(qtbot, page)
     res = page.sensitivity
     assert res is not None, page.sens_progress.stage.text()
-    assert len(res.ranking) == 5 * 4  # q/k/v/o of 5 layers
+    assert len(res.ranking) == 4 * 4  # q/k/v/o of 4 layers
     kls = [kl for _n, kl in res.ranking]
     assert kls == sorted(kls, reverse=True)
     assert len(page.sens_chart.labels) == 16 and page.sens_chart.values == kls[:16]
