@@ -104,7 +104,10 @@ def test_stream_equals_non_stream_and_ends_with_usage_then_done(url):
                          {**body, "stream": True, "stream_options": {"include_usage": True}})
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
-    assert usage_chunk["choices"] == [] and usage_chunk["usage"] == whole["usage"]
+    assert usage_chunk["choices"] == []
+    # the same counts; cached_tokens may differ: the second run reuses the first one's prefix
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert {k: usage_chunk["usage"][k] for k in counts} == {k: whole["usage"][k] for k in counts}
     assert usage_chunk["timings"]["predicted_n"] == 8
     chunks = events[:-2]
     assert all(c["usage"] is None for c in chunks)
@@ -112,6 +115,25 @@ def test_stream_equals_non_stream_and_ends_with_usage_then_done(url):
     assert text == whole["choices"][0]["text"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert len({c["id"] for c in events[:-1]}) == 1
+
+
+@pytest.mark.parametrize("interval_ms", [0, 250])
+def test_stream_interval_coalesces_fast_tokens_and_loses_none(engine, url, interval_ms):
+    """0: one chunk per token. 250 ms on a model that makes hundreds of tokens/s: a handful of
+    chunks carry all of them, the first still alone (TTFT is not held back), same text."""
+    body = {"prompt": STORY_PROMPT, "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    whole = post(url, "/v1/completions", body).json()["choices"][0]["text"]
+    with running_server(engine, stream_interval_ms=interval_ms) as (_, own_url):
+        events = stream_post(own_url + "/v1/completions", {**body, "stream": True})
+    texts = [c["choices"][0]["text"] for c in events[:-1] if c["choices"][0]["text"]]
+    assert "".join(texts) == whole
+    # the first chunk carries the first token alone: the text of a one-token completion
+    one = post(url, "/v1/completions", {**body, "max_tokens": 1}).json()["choices"][0]["text"]
+    assert texts[0] == one
+    if interval_ms == 0:
+        assert len(texts) >= 40  # (a few tokens may hold back half a character)
+    else:
+        assert len(texts) <= 12
 
 
 def test_chat_stream_has_role_first_and_no_usage_unless_asked(url):

@@ -29,7 +29,8 @@ def server(stories_dir):
 
     engine.add_listener(on_step)
     controller = ServerController(engine)
-    url = controller.start(port=0)
+    # one chunk per token, so the client's ITL can be checked token by token
+    url = controller.start(port=0, stream_interval_ms=0)
     yield url, finishes
     controller.stop(grace_s=1.0)
     engine.shutdown()

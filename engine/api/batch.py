@@ -4,6 +4,7 @@ together, and cancelled together when the client leaves or the server stops."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -67,12 +68,60 @@ class Batch:
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:
         """(choice index, event) pairs from all requests, in arrival order."""
+        async for group in self.event_groups():
+            for pair in group:
+                yield pair
+
+    async def event_groups(self, min_interval: float = 0.0
+                           ) -> AsyncIterator[list[tuple[int, Event]]]:
+        """Lists of (choice index, event): everything that arrived since the last list.
+
+        With `min_interval` > 0, once tokens come faster than that, lists are handed out on
+        the ticks of a grid `min_interval` apart on the loop's clock, each carrying all
+        tokens since the last: a stream then costs one wake-up and one write per tick instead
+        of one per token, and since every stream on the loop shares the grid, one loop turn
+        serves them all. The first token and tokens slower than the interval go at once.
+        """
+        loop = asyncio.get_running_loop()
+
+        def next_tick(after: float) -> float:
+            return (math.floor(after / min_interval) + 1) * min_interval
+
+        def recent(last: float | None) -> bool:
+            return min_interval > 0 and last is not None and loop.time() - last < min_interval
+
+        tasks: list[asyncio.Future] = []
         if len(self.handles) == 1:
-            async for ev in self.handles[0]:
-                if isinstance(ev, FinishEvent):
-                    self.finished.add(0)
-                yield 0, ev
-            return
+            take_first, take_rest = self._handle_takers(self.handles[0])
+        else:
+            queue, tasks = self._pump_all()
+            take_first, take_rest = self._queue_takers(queue)
+        last: float | None = None
+        try:
+            while len(self.finished) < len(self.handles):
+                group = []
+                if recent(last):  # tokens are flowing: gather until the next tick
+                    await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
+                    group = take_rest()
+                if not group:
+                    group = await take_first()
+                    if not group:  # a handle ended without its FinishEvent reaching us
+                        return
+                    if recent(last) and not any(isinstance(ev, FinishEvent) for _, ev in group):
+                        await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
+                        group += take_rest()
+                last = loop.time()
+                for i, ev in group:
+                    if isinstance(ev, BaseException):
+                        raise ev
+                    if isinstance(ev, FinishEvent):
+                        self.finished.add(i)
+                yield group
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    def _pump_all(self):
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, handle: RequestHandle) -> None:
@@ -84,18 +133,30 @@ class Batch:
             except Exception as exc:  # noqa: BLE001 - re-raised where the events are awaited
                 queue.put_nowait((i, exc))
 
-        tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(self.handles)]
-        try:
-            while len(self.finished) < len(self.handles):
-                i, ev = await queue.get()
-                if isinstance(ev, BaseException):
-                    raise ev
-                if isinstance(ev, FinishEvent):
-                    self.finished.add(i)
-                yield i, ev
-        finally:
-            for t in tasks:
-                t.cancel()
+        return queue, [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(self.handles)]
+
+    @staticmethod
+    def _handle_takers(handle: RequestHandle):
+        async def take_first() -> list:
+            return [(0, ev) for ev in await handle.next_events()]
+
+        def take_rest() -> list:
+            return [(0, ev) for ev in handle.drain()]
+
+        return take_first, take_rest
+
+    @staticmethod
+    def _queue_takers(queue: asyncio.Queue):
+        def take_rest() -> list:
+            out = []
+            while not queue.empty():
+                out.append(queue.get_nowait())
+            return out
+
+        async def take_first() -> list:
+            return [await queue.get(), *take_rest()]
+
+        return take_first, take_rest
 
     async def collect(self) -> list[ChoiceResult]:
         results = [ChoiceResult(index=i, prompt_index=i // self.n)

@@ -86,16 +86,29 @@ async def _stream(batch: Batch, writer: ChunkWriter, info: RequestInfo,
                 yield writer.role(r.index)
             elif echo_prompts:
                 yield writer.text(r.index, echo_prompts[r.prompt_index])
-        async for i, ev in batch.events():
-            if isinstance(ev, TokenEvent):
-                if ev.text:
-                    yield writer.text(i, ev.text)
-            elif isinstance(ev, FinishEvent):
-                results[i].finish = ev
-                if ev.finish_reason == "error":
-                    yield writer.error(f"generation failed: {ev.error or 'engine error'}",
-                                       code="engine_error")
-                yield writer.finish(i, ev)
+        interval = batch.ctx.settings.stream_interval_ms / 1000.0
+        async for group in batch.event_groups(interval):
+            # one write per group; with an interval, the tokens of a choice that arrived
+            # together become one delta, without one each keeps its own chunk
+            out: list[bytes] = []
+            pending: dict[int, list[str]] = {}
+            for i, ev in group:
+                if isinstance(ev, TokenEvent):
+                    if ev.text and not interval:
+                        out.append(writer.text(i, ev.text))
+                    elif ev.text:
+                        pending.setdefault(i, []).append(ev.text)
+                elif isinstance(ev, FinishEvent):
+                    if i in pending:
+                        out.append(writer.text(i, "".join(pending.pop(i))))
+                    results[i].finish = ev
+                    if ev.finish_reason == "error":
+                        out.append(writer.error(f"generation failed: {ev.error or 'engine error'}",
+                                                code="engine_error"))
+                    out.append(writer.finish(i, ev))
+            out.extend(writer.text(i, "".join(pieces)) for i, pieces in pending.items())
+            if out:
+                yield b"".join(out)
         if writer.include_usage:
             yield writer.usage(results)
         yield DONE

@@ -37,6 +37,10 @@ class ApiSettings:
     request_log_size: int = 500
     default_max_tokens: int = 256  # used when a request names no max_tokens
     max_n: int = 8  # the most choices (n x prompts) one request may ask for
+    # a stream writes at most once per interval: tokens that come faster are sent together
+    # (like vLLM's --stream-interval, but in time, so slow streams are never held back);
+    # 0 sends every token in its own chunk
+    stream_interval_ms: float = 20.0
 
     def check_safe(self) -> None:
         """Refuse to expose the engine beyond this machine without an API key."""
@@ -46,5 +50,7 @@ class ApiSettings:
                 "(or bind 127.0.0.1)")
         if self.max_body_bytes < 1024:
             raise UnsafeSettingsError("max_body_bytes must be at least 1024")
+        if self.stream_interval_ms < 0:
+            raise UnsafeSettingsError("stream_interval_ms must be 0 or more")
         if self.max_n < 1:
             raise UnsafeSettingsError("max_n must be at least 1")

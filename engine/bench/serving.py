@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -303,9 +304,9 @@ def _make_prompts(cfg: ServingConfig, tokens_per_word: float | None,
             raise BenchError(str(exc)) from None
     if cfg.tokenizer:
         try:
-            from transformers import AutoTokenizer
+            from engine.models.loader import load_tokenizer
 
-            tok = AutoTokenizer.from_pretrained(cfg.tokenizer, local_files_only=True)
+            tok = load_tokenizer(Path(cfg.tokenizer))
         except Exception as exc:  # noqa: BLE001 - any loader failure is a user error here
             raise BenchError(f"cannot load a tokenizer from {cfg.tokenizer}: "
                              f"{str(exc).splitlines()[0]}") from None

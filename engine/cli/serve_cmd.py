@@ -41,6 +41,9 @@ def register(sub) -> None:
                    help="largest accepted request body (413 above it)")
     p.add_argument("--log-prompts", action="store_true",
                    help="write prompts to the log (off by default: prompts may be private)")
+    p.add_argument("--stream-interval-ms", type=float, default=20.0, metavar="MS",
+                   help="a stream writes at most this often; faster tokens go out together "
+                        "(0: one chunk per token, for per-token ITL measurements)")
     p.add_argument("--grace", type=float, default=10.0, metavar="S",
                    help="on stop, seconds open streams may run before they are cancelled")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -60,6 +63,8 @@ def _check_args(args) -> None:
         raise CliError(f"--threads must be at least 1, got {args.threads}")
     if args.grace < 0:
         raise CliError("--grace must not be negative")
+    if args.stream_interval_ms < 0:
+        raise CliError("--stream-interval-ms must not be negative")
     try:
         ApiSettings(host=args.host, port=args.port, api_key=args.api_key,
                     cors_origins=parse_origins(args.cors),
@@ -115,7 +120,8 @@ def run(args) -> int:
             url = controller.start(args.host, args.port, api_key=args.api_key,
                                    cors_origins=parse_origins(args.cors),
                                    max_body_bytes=args.max_body_bytes,
-                                   log_prompts=args.log_prompts, log_level=args.log_level)
+                                   log_prompts=args.log_prompts, log_level=args.log_level,
+                                   stream_interval_ms=args.stream_interval_ms)
         except ServerStartError as exc:
             raise CliError(str(exc)) from None
         print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "

@@ -107,12 +107,12 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
 
     torch = import_torch()
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     transformers.utils.logging.disable_progress_bar()
     step(0.1, "loading the tokenizer")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = load_tokenizer(path)
     except Exception as exc:  # noqa: BLE001 - tokenizers raise many types for a bad file
         raise ModelFolderError(_single_problem(report, "tokenizer", exc)) from None
     step(0.25, "loading the weights")
@@ -128,6 +128,30 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     return LoadedModel(name=name or path.name, path=path, model=model, tokenizer=tokenizer,
                        config=model.config, device=dev.torch_device, dtype=dtype,
                        architecture=arch, report=report)
+
+
+GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The folder's tokenizer. A folder that declares a plain tokenizer.json (tokenizer_class
+    PreTrainedTokenizerFast / TokenizersBackend) gets exactly that: transformers 5 would
+    otherwise rebuild it as the model type's own class (a qwen2 folder as Qwen2Tokenizer's
+    byte-level BPE), which tokenizes a custom vocabulary into nothing."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    declared = None
+    cfg_file = Path(path) / "tokenizer_config.json"
+    if cfg_file.is_file() and (Path(path) / "tokenizer.json").is_file():
+        try:
+            declared = json.loads(cfg_file.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (OSError, ValueError, AttributeError):
+            declared = None  # AutoTokenizer reports the broken file
+    if declared in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
 def _single_problem(report: ModelFolderReport, what: str, exc: Exception) -> ModelFolderReport:

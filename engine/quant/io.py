@@ -305,9 +305,7 @@ def load_quantized(path: str | Path, device: str = "cpu", dtype: str = "float32"
                    cancel: Any = None) -> Any:
     """Load any of our three export formats; returns engine.models.loader.LoadedModel with
     QuantLinear layers in the model. `dtype` is the dtype of the float parts and activations."""
-    from transformers import AutoTokenizer
-
-    from engine.models.loader import LoadCancelled, LoadedModel, ModelLoadError
+    from engine.models.loader import LoadCancelled, LoadedModel, ModelLoadError, load_tokenizer
 
     path = Path(path)
 
@@ -318,7 +316,7 @@ def load_quantized(path: str | Path, device: str = "cpu", dtype: str = "float32"
             progress(fraction, what)
 
     step(0.15, "loading the tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer = load_tokenizer(path)
     step(0.3, "loading the int8 weights")
     try:
         model = load_quantized_model(path, device, dtype)

@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
-from engine.runtime.handle import Job, LocalRequestHandle
+from engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
 from engine.runtime.metrics import EngineMetrics, StepStats
 from engine.runtime.runner import run_step
 from engine.runtime.sampler import sample
@@ -330,7 +330,8 @@ class LocalEngine:
                 variants = self._all_variants()
                 for v in variants:
                     if v.scheduler.has_work:
-                        self._step_contained(v)
+                        with batched_wakeups():
+                            self._step_contained(v)
                 if self._finished_since_stats and variants:
                     # requests ended outside a step (cancelled while waiting, unloaded): report
                     # them so listeners (Prometheus, plots) see every finish

@@ -8,6 +8,7 @@ threads block on a Condition; asyncio consumers register a waker that the produc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -17,6 +18,33 @@ from typing import Any
 from engine.runtime.types import Completion, EngineError, Event, FinishEvent, TokenEvent
 
 log = logging.getLogger(__name__)
+
+_batch = threading.local()
+
+
+@contextlib.contextmanager
+def batched_wakeups() -> Iterator[None]:
+    """Hold back asyncio wake-ups made on this thread until the block ends, then wake each
+    event loop once.
+
+    The engine pushes one token to every running request per step. Waking the loop of each
+    consumer per push costs a self-pipe write each, and every wake makes that loop's thread
+    compete with the engine thread for the GIL while the engine is still distributing the
+    step's tokens; one wake per loop per step lets it take all of them in a single turn.
+    """
+    if getattr(_batch, "pending", None) is not None:  # nested: the outer block flushes
+        yield
+        return
+    _batch.pending = pending = {}
+    try:
+        yield
+    finally:
+        _batch.pending = None
+        for loop, futs in pending.items():
+            try:
+                loop.call_soon_threadsafe(_resolve_all, futs)
+            except RuntimeError:  # loop closed: its consumers are gone
+                pass
 
 
 class _Waiters:
@@ -30,7 +58,11 @@ class _Waiters:
         # caller holds self._cond
         self._cond.notify_all()
         waiters, self._async = self._async, []
+        pending = getattr(_batch, "pending", None)
         for loop, fut in waiters:
+            if pending is not None:
+                pending.setdefault(loop, []).append(fut)
+                continue
             try:
                 loop.call_soon_threadsafe(_resolve, fut)
             except RuntimeError:  # loop closed: its consumer is gone
@@ -40,6 +72,11 @@ class _Waiters:
 def _resolve(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _resolve_all(futs: list[asyncio.Future]) -> None:
+    for fut in futs:
+        _resolve(fut)
 
 
 class LocalRequestHandle(_Waiters):
@@ -101,23 +138,37 @@ class LocalRequestHandle(_Waiters):
             if isinstance(ev, FinishEvent):
                 return
 
-    async def _aiter(self) -> AsyncIterator[Event]:
+    def drain(self) -> list[Event]:
+        """Every event buffered so far, without waiting (the iteration's events, taken in bulk;
+        use one or the other)."""
+        with self._cond:
+            events = list(self._buf)
+            self._buf.clear()
+        return events
+
+    async def next_events(self) -> list[Event]:
+        """Wait (on the running loop) for at least one event, then take all that are buffered.
+        Empty only after the FinishEvent was taken."""
         loop = asyncio.get_running_loop()
         while True:
             with self._cond:
-                if self._buf:
-                    ev = self._buf.popleft()
-                    fut = None
-                else:
-                    ev = None
-                    fut = loop.create_future()
-                    self._async.append((loop, fut))
-            if fut is not None:
-                await fut
-                continue
-            yield ev
-            if isinstance(ev, FinishEvent):
+                if self._buf or (self._finish is not None):
+                    events = list(self._buf)
+                    self._buf.clear()
+                    return events
+                fut = loop.create_future()
+                self._async.append((loop, fut))
+            await fut
+
+    async def _aiter(self) -> AsyncIterator[Event]:
+        while True:
+            events = await self.next_events()
+            if not events:
                 return
+            for ev in events:
+                yield ev
+                if isinstance(ev, FinishEvent):
+                    return
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._aiter()

@@ -63,13 +63,20 @@ class StepStats:
     finished: tuple = ()  # FinishEvents of requests that ended in this step
 
 
+PREFIX_WINDOW = 256  # admitted requests the prefix hit rate is computed over
+
+
 class EngineMetrics:
     def __init__(self, capacity: int = 4096, window_s: float = 10.0):
         self._lock = threading.Lock()
         self._rings = {name: RingBuffer(capacity) for name in SERIES}
         self.window_s = window_s
+        # running sums beside the windows: stats() is read per HTTP request and per plot
+        # refresh, and must not scan the window under the lock the engine thread writes with
         self._rate = deque()  # (monotonic, prompt_tokens, generated_tokens)
-        self._prefix = deque(maxlen=256)  # (cached, prompt) per admitted request
+        self._rate_sums = [0, 0]
+        self._prefix = deque()  # (cached, prompt) of the last PREFIX_WINDOW admitted requests
+        self._prefix_sums = [0, 0]
         self.steps = 0
         self.requests_finished = 0
         self.requests_failed = 0
@@ -84,6 +91,12 @@ class EngineMetrics:
     def record_admission(self, cached: int, prompt: int) -> None:
         with self._lock:
             self._prefix.append((cached, prompt))
+            self._prefix_sums[0] += cached
+            self._prefix_sums[1] += prompt
+            if len(self._prefix) > PREFIX_WINDOW:
+                old_cached, old_prompt = self._prefix.popleft()
+                self._prefix_sums[0] -= old_cached
+                self._prefix_sums[1] -= old_prompt
 
     def record_step(self, s: StepStats, generated: int) -> None:
         now = time.monotonic()
@@ -94,8 +107,9 @@ class EngineMetrics:
             self.prompt_tokens_total += s.prefill_tokens
             self.generation_tokens_total += generated
             self._rate.append((now, s.prefill_tokens, generated))
-            while self._rate and now - self._rate[0][0] > self.window_s:
-                self._rate.popleft()
+            self._rate_sums[0] += s.prefill_tokens
+            self._rate_sums[1] += generated
+            self._expire_rate(now)
             dt = max(s.duration_s, 1e-9)
             r = self._rings
             for name, val in (("running", s.running), ("waiting", s.waiting),
@@ -132,16 +146,24 @@ class EngineMetrics:
 
     def prefix_hit_rate(self) -> float:
         with self._lock:
-            prompt = sum(p for _, p in self._prefix)
-            cached = sum(c for c, _ in self._prefix)
+            cached, prompt = self._prefix_sums
         return cached / prompt if prompt else 0.0
+
+    def _expire_rate(self, now: float) -> None:
+        # caller holds self._lock
+        while self._rate and now - self._rate[0][0] > self.window_s:
+            _, prompt, generated = self._rate.popleft()
+            self._rate_sums[0] -= prompt
+            self._rate_sums[1] -= generated
 
     def rates(self) -> tuple[float, float]:
         """(prompt tokens/s, generated tokens/s) over the recent window."""
         now = time.monotonic()
         with self._lock:
-            items = [x for x in self._rate if now - x[0] <= self.window_s]
-        if not items:
-            return 0.0, 0.0
-        span = max(now - items[0][0], 0.25)  # one fresh step alone is not a rate
-        return sum(x[1] for x in items) / span, sum(x[2] for x in items) / span
+            self._expire_rate(now)
+            if not self._rate:
+                return 0.0, 0.0
+            first = self._rate[0][0]
+            prompt, generated = self._rate_sums
+        span = max(now - first, 0.25)  # one fresh step alone is not a rate
+        return prompt / span, generated / span

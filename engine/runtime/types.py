@@ -249,6 +249,12 @@ class RequestHandle(Protocol):
     def __aiter__(self) -> AsyncIterator[Event]:
         """Async iteration (no busy-waiting) on the running asyncio loop."""
 
+    async def next_events(self) -> list[Event]:
+        """Wait for at least one event and take every buffered one (empty once finished)."""
+
+    def drain(self) -> list[Event]:
+        """Take the buffered events without waiting."""
+
     def cancel(self) -> None: ...
 
     def result(self, timeout: float | None = None) -> Completion:

@@ -91,11 +91,13 @@ def client_main(url: str, concurrency: int, requests: int, max_tokens: int) -> d
     return {"tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
 
 
-def run_over_http(engine, concurrency: int, requests: int, max_tokens: int) -> dict:
+def run_over_http(engine, concurrency: int, requests: int, max_tokens: int,
+                  stream_interval_ms: float | None = None) -> dict:
     from engine.api import ServerController
 
     controller = ServerController(engine)
-    url = controller.start("127.0.0.1", 0)
+    extra = {} if stream_interval_ms is None else {"stream_interval_ms": stream_interval_ms}
+    url = controller.start("127.0.0.1", 0, **extra)
     try:
         out = subprocess.run(
             [sys.executable, __file__, "--client", url, "--concurrency", str(concurrency),
@@ -108,6 +110,14 @@ def run_over_http(engine, concurrency: int, requests: int, max_tokens: int) -> d
         controller.stop()
 
 
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None)
@@ -116,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
     p.add_argument("--repeats", type=int, default=3, help="alternating in-process/HTTP runs")
+    p.add_argument("--stream-interval-ms", type=float, default=None,
+                   help="the server's stream_interval_ms (default: the server's default)")
     p.add_argument("--client", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.client:
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("in-process", run_in_process(engine, args.concurrency, args.requests,
                                                   args.max_tokens)))
         rows.append(("http", run_over_http(engine, args.concurrency, args.requests,
-                                           args.max_tokens)))
+                                           args.max_tokens, args.stream_interval_ms)))
     engine.shutdown()
     import statistics
 
@@ -152,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": info.name, "params": info.num_parameters, "concurrency": args.concurrency,
         "requests_per_worker": args.requests, "max_tokens": args.max_tokens,
         "threads": args.threads, "cpu_count": os.cpu_count(),
+        "stream_interval_ms": args.stream_interval_ms, "uvloop": _has_uvloop(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "runs": [{"path": n, **{k: round(v, 2) for k, v in r.items()}} for n, r in rows],
         "median_tok_s": {k: round(v, 1) for k, v in best.items()},

@@ -32,21 +32,11 @@ sys.path.insert(0, str(ROOT))
 # ----------------------------------------------------------------------------- models
 
 
-def word_tokenizer(vocab_size: int):
-    """A tokenizer with one word per id ("t123"): random-weight models need some decode()."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"t{i}": i for i in range(vocab_size)}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", pad_token="t0")
-
-
 def qwen05b(dtype: str):
     """Random-initialised Qwen2.5-0.5B configuration (no download)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
+    from engine.bench.random_model import word_tokenizer
     from engine.models.loader import LoadedModel
 
     cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
