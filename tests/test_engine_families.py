@@ -17,7 +17,7 @@ COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
           "max_position_embeddings": 256}
 
 
-def tiny(family: str):
+def tiny(family: str, **overrides):
     import transformers as tf
 
     from engine.models.loader import LoadedModel
@@ -25,7 +25,7 @@ def tiny(family: str):
     cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
            "mistral": tf.MistralConfig}[family]
     extra = {"head_dim": 16} if family == "qwen3" else {}
-    cfg = cls(**COMMON, **extra)
+    cfg = cls(**{**COMMON, **extra, **overrides})
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     tok = _tokenizer(cfg.vocab_size)
@@ -75,3 +75,35 @@ def test_family_greedy_matches_generate(family):
                                         do_sample=False, eos_token_id=None, pad_token_id=0)
         assert list(r.token_ids) == out[0, len(p):].tolist()
     assert first.token_ids == res[0].token_ids
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_transposed_lm_head_keeps_greedy_tokens(monkeypatch, tied):
+    """The CPU layout for big heads (stored transposed; a tied embedding shares it), forced
+    on a tiny model: same greedy tokens as generate on an untouched copy, same memory."""
+    import engine.runtime.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "HEAD_TRANSPOSE_MIN_BYTES", 0)
+    loaded = tiny("qwen2", tie_word_embeddings=tied)
+    pristine = tiny("qwen2", tie_word_embeddings=tied)
+    params_before = sum(p.numel() for p in loaded.model.parameters())
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (3, 17, 50)]
+    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=32))
+    try:
+        eng.add_model(loaded).result(60)
+        res = [h.result(60) for h in [eng.submit(GenerationRequest(
+            prompt_token_ids=p, params=SamplingParams(max_tokens=16, temperature=0,
+                                                      ignore_eos=True))) for p in prompts]]
+    finally:
+        eng.shutdown()
+    head = loaded.model.lm_head.weight
+    assert not head.is_contiguous() and head.t().is_contiguous()  # the layout was applied
+    assert (loaded.model.model.embed_tokens.weight is head) == tied
+    assert sum(p.numel() for p in loaded.model.parameters()) == params_before
+    for p, r in zip(prompts, res):
+        with torch.inference_mode():
+            out = pristine.model.generate(torch.tensor([p]), max_new_tokens=16,
+                                          min_new_tokens=16, do_sample=False,
+                                          eos_token_id=None, pad_token_id=0)
+        assert list(r.token_ids) == out[0, len(p):].tolist()
