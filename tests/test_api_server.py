@@ -61,6 +61,18 @@ def test_start_stop_many_times_leaves_no_thread_and_no_bound_port(engine):
     controller.stop()
 
 
+def test_server_runs_on_uvloop_where_installed(engine):
+    """The streaming-overhead bar was met with uvloop (docs/benchmarks.md#http-api); a change
+    that silently drops back to asyncio's own loop should show up here, not in a benchmark."""
+    uvloop = pytest.importorskip("uvloop")
+    controller = ServerController(engine)
+    controller.start("127.0.0.1", 0)
+    try:
+        assert isinstance(controller._loop, uvloop.Loop)
+    finally:
+        controller.stop(grace_s=1.0)
+
+
 def test_port_in_use_is_a_typed_error(engine):
     first = ServerController(engine)
     first.start("127.0.0.1", 0)

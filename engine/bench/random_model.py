@@ -2,9 +2,9 @@
 
 Speed depends on shapes, not on trained values, so this stands in for the real checkpoint in
 offline and serving benchmarks (no model hub needed). Its tokenizer has one word per id of the
-model's full 151,936-id vocabulary ("t0" ... "t151935", split on spaces), so every generated id
-decodes to text, streamed answers carry one word per token, and a prompt of N random words is
-exactly N tokens.
+model's full 151,936-id vocabulary ("t3" ... "t151935", split on spaces; ids 0-2 are <unk>,
+<s>, </s>), so every generated id decodes to text, streamed answers carry one word per token,
+and a prompt of N random words is exactly N tokens.
 
     python -m engine.bench.random_model --out /tmp/qwen05b-random [--dtype bfloat16]
 """
