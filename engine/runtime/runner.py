@@ -170,9 +170,16 @@ class BatchedRunner:
         dec = items[:decode_count]
         dec_view = None
         dec_mask = None
+        dec_perm = dec_unperm = None
         if dec:
-            dec_slots = [it.seq.slot for it in dec]
-            dec_len = [it.start + 1 for it in dec]
+            # attention runs in slot order: when the running sequences fill a range of slots
+            # (the usual case under load) K/V are a view of the cache, not a gathered copy
+            order = sorted(range(decode_count), key=lambda i: dec[i].seq.slot)
+            if order != list(range(decode_count)):
+                dec_perm = torch.tensor(order, device=dev)
+                dec_unperm = torch.argsort(dec_perm)
+            dec_slots = [dec[i].seq.slot for i in order]
+            dec_len = [dec[i].start + 1 for i in order]
             lmax = max(dec_len)
             s0 = dec_slots[0]
             contiguous = dec_slots == list(range(s0, s0 + len(dec_slots)))
@@ -221,11 +228,14 @@ class BatchedRunner:
                 # single-query attention as two batched matmuls with the query heads of a KV
                 # head grouped together (GQA without repeating K/V); on CPU this is several
                 # times faster than SDPA's kernel for one query row
-                qd = q[:decode_count].to(kdt).view(decode_count, kvh, groups, hd)
+                qd = q[:decode_count]
+                if dec_perm is not None:
+                    qd = qd.index_select(0, dec_perm)
+                qd = qd.to(kdt).view(decode_count, kvh, groups, hd)
                 scores = torch.matmul(qd, kk.transpose(-1, -2)) * self.scaling
                 scores = scores.masked_fill(dec_mask, float("-inf"))
-                o = torch.matmul(torch.softmax(scores, dim=-1), vv)
-                outs.append(o.reshape(decode_count, nh * hd))
+                o = torch.matmul(torch.softmax(scores, dim=-1), vv).reshape(decode_count, nh * hd)
+                outs.append(o if dec_unperm is None else o.index_select(0, dec_unperm))
             for (o0, n, slot, ctx, mask) in pre:
                 qp = q[o0:o0 + n].to(kdt).transpose(0, 1)[None]  # [1, nh, n, hd]
                 kk = k_l[slot:slot + 1, :, :ctx]
