@@ -3,6 +3,7 @@ with progress and cancel, and hands the engine to the bridge. Pages talk to this
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -158,6 +159,11 @@ class EngineHost(QObject):
         finally:
             with self._lock:
                 self._jobs.pop(job.job_id, None)
+        if info is not None:
+            # torch, transformers and the model are here to stay: keep them out of the
+            # collector's full passes, which otherwise walk them all (about 0.25 s holding the
+            # GIL, a frozen GUI frame) whenever a background job has made enough objects
+            gc.freeze()
         if self._closing:
             return  # the window is gone (or going): its signals may already be deleted
         try:

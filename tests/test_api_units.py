@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from engine.api import ApiSettings, RequestLog, RequestLogEntry, UnsafeSettingsError, port_in_use
 from engine.api.errors import ApiError, api_error_from_engine, validation_message
 from engine.api.openai_format import ChunkWriter
+from engine.api.ports import PortInUseError, bound_socket
 from engine.api.schemas import ChatCompletionRequest, CompletionRequest
-from engine.api.server import PortInUseError, _bound_socket
 from engine.api.settings import is_loopback, parse_origins
 from engine.runtime.types import (
     ContextLengthError,
@@ -168,13 +168,13 @@ def test_chunk_writer_emits_valid_openai_chunks():
 
 
 def test_port_in_use_sees_a_listening_socket():
-    holder = _bound_socket("127.0.0.1", 0)
+    holder = bound_socket("127.0.0.1", 0)
     holder.listen(1)
     port = holder.getsockname()[1]
     try:
         assert port_in_use("127.0.0.1", port)
         with pytest.raises(PortInUseError, match=f"port {port}"):
-            _bound_socket("127.0.0.1", port)
+            bound_socket("127.0.0.1", port)
     finally:
         holder.close()
     assert not port_in_use("127.0.0.1", port)
@@ -182,7 +182,7 @@ def test_port_in_use_sees_a_listening_socket():
 
 def test_port_in_use_ignores_time_wait_leftovers():
     """A closed server whose connections linger in TIME_WAIT must not block a restart."""
-    server = _bound_socket("127.0.0.1", 0)
+    server = bound_socket("127.0.0.1", 0)
     server.listen(1)
     port = server.getsockname()[1]
     client = socket.create_connection(("127.0.0.1", port))

@@ -71,7 +71,7 @@ def test_switch_serves_the_openai_client_and_stops(window, page, qtbot):
     qtbot.mouseClick(page.switch, Qt.LeftButton)
     qtbot.waitUntil(lambda: not page.running() and not page.busy(), timeout=WAIT_MS)
     assert window.server_lamp.state == "off"
-    from engine.api.server import port_in_use
+    from engine.api.ports import port_in_use
 
     assert not port_in_use("127.0.0.1", port)
     with pytest.raises(openai.APIConnectionError):
@@ -86,7 +86,8 @@ def test_port_in_use_shows_a_clear_message(window, page, qtbot):
     try:
         page.port.setValue(port)
         assert page.check_port() is False
-        assert f"port {port} is in use" in page.port_status.text()
+        assert f"port {port}" in page.port_status.text()
+        assert "already in use" in page.port_status.text()
         assert page.start()
         qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
         assert not page.running()

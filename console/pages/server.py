@@ -7,10 +7,8 @@ the GUI thread through a queued signal.
 
 from __future__ import annotations
 
-import errno
 import json
 import secrets
-import socket
 import threading
 import time
 
@@ -36,24 +34,9 @@ from PySide6.QtWidgets import (
 from console.pages.base import Page
 from console.theme import current_theme
 from console.widgets.basic import Lamp, card, muted, page_title
+from engine.api.ports import port_problem
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
-
-
-def port_problem(host: str, port: int) -> str | None:
-    """Why host:port cannot be listened on, or None when it is free: a bind attempt as
-    engine.api.server does it (SO_REUSEADDR), without importing the web stack on the GUI thread."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return f"port {port} is in use"
-        if exc.errno == errno.EACCES:
-            return f"no permission for port {port} (below 1024)"
-        return f"cannot listen on {host}:{port}: {exc.strerror}"
-    return None
 LOG_ROWS = 500
 
 

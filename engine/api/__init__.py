@@ -13,10 +13,10 @@ _WHERE = {
     "build_app": "engine.api.app",
     "RequestLog": "engine.api.request_log",
     "RequestLogEntry": "engine.api.request_log",
-    "PortInUseError": "engine.api.server",
+    "PortInUseError": "engine.api.ports",
     "ServerController": "engine.api.server",
-    "ServerStartError": "engine.api.server",
-    "port_in_use": "engine.api.server",
+    "ServerStartError": "engine.api.ports",
+    "port_in_use": "engine.api.ports",
     "ApiSettings": "engine.api.settings",
     "UnsafeSettingsError": "engine.api.settings",
 }

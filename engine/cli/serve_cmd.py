@@ -76,7 +76,7 @@ def _check_args(args) -> None:
 def run(args) -> int:
     import logging
 
-    from engine.api.server import PortInUseError, ServerStartError, port_in_use
+    from engine.api.ports import PortInUseError, ServerStartError, port_in_use
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     # fail before the imports of torch and a long model load, not after them

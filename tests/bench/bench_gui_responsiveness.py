@@ -36,6 +36,22 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
+def open_window(model: str | None):
+    """The real console window with `model` (default: the demo model, else stories260K) loaded,
+    or None (reported) when it does not load."""
+    from console.testing import make_window, model_names, pump_until
+    from engine.paths import DEMO_MODEL_DIR
+
+    model = model or (str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists()
+                      else str(ROOT.parent / "shared" / "models" / "stories260K"))
+    window = make_window(Path(os.environ["NPU_CONSOLE_HOME"]), model=model)
+    window.resize(1360, 860)
+    if not pump_until(lambda: bool(model_names(window)), 300):
+        print("model did not load", file=sys.stderr)
+        return None
+    return window
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -53,20 +69,14 @@ def main() -> int:
 
     from console.app import ensure_app
     from console.chat_store import Message
-    from console.testing import make_window, model_names, pump_until
-    from engine.paths import DEMO_MODEL_DIR
+    from console.testing import model_names
     from engine.runtime.types import GenerationRequest, SamplingParams
 
-    model = args.model or (str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists()
-                           else str(ROOT.parent / "shared" / "models" / "stories260K"))
     app = ensure_app()
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    home = Path(os.environ["NPU_CONSOLE_HOME"])
-    window = make_window(home, model=model)
-    window.resize(1360, 860)
-    if not pump_until(lambda: bool(model_names(window)), 300):
-        print("model did not load", file=sys.stderr)
+    window = open_window(args.model)
+    if window is None:
         return 1
     window.show_page("dashboard")
     chat = window.page("chat")
@@ -131,7 +141,7 @@ def main() -> int:
     probe.stop()
     g = np.array(gaps) * 1000.0
     result = {
-        "model": Path(model).name, "streams": args.streams, "max_tokens": args.max_tokens,
+        "model": name, "streams": args.streams, "max_tokens": args.max_tokens,
         "rounds": args.rounds, "tokens": tokens[0], "seconds": round(elapsed, 1),
         "tok_per_s": round(tokens[0] / elapsed, 1), "ticks": len(g),
         "gap_p50_ms": round(float(np.percentile(g, 50)), 1),
@@ -155,18 +165,14 @@ def job_mode(args) -> int:
     from PySide6.QtCore import QTimer
 
     from console.app import ensure_app
-    from console.testing import make_window, model_names, pump_until
-    from engine.paths import CALIB_DIR, DEMO_MODEL_DIR
+    from console.testing import model_names, pump_until
+    from engine.paths import CALIB_DIR
 
-    model = args.model or (str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists()
-                           else str(ROOT.parent / "shared" / "models" / "stories260K"))
     ensure_app()
-    home = Path(os.environ["NPU_CONSOLE_HOME"])
-    window = make_window(home, model=model)
-    window.resize(1360, 860)
-    if not pump_until(lambda: bool(model_names(window)), 300):
-        print("model did not load", file=sys.stderr)
+    window = open_window(args.model)
+    if window is None:
         return 1
+    model = model_names(window)[0]
     gaps: list[float] = []
     last = [time.perf_counter()]
 
@@ -208,7 +214,7 @@ def job_mode(args) -> int:
     elapsed = time.perf_counter() - t0
     probe.stop()
     g = np.array(gaps) * 1000.0
-    result = {"mode": args.mode, "model": Path(model).name, "seconds": round(elapsed, 1),
+    result = {"mode": args.mode, "model": model, "seconds": round(elapsed, 1),
               "ticks": len(g), "gap_p50_ms": round(float(np.percentile(g, 50)), 1),
               "gap_p99_ms": round(float(np.percentile(g, 99)), 1),
               "gap_max_ms": round(float(g.max()), 1), "load_avg": os.getloadavg()[0],
