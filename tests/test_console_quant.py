@@ -4,6 +4,7 @@ and chat with it; cancel during calibration writes nothing; per-layer sensitivit
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +181,35 @@ def test_sensitivity_chart_and_recommended_skip_list(window, calib, qtbot):
         assert res.skip[0] in page.skip_edit.text()
     else:
         assert res.met and not page.use_rec_btn.isEnabled()
+
+
+def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_path):
+    """The wizard's "Also lm_head and embeddings" option: the run's INT8 weights shrink by the
+    vocabulary table's share, the folder records the int8 head, and a vLLM format is refused
+    with a message instead of an export."""
+    import json
+
+    page = window.page("quantize")
+    page.set_method("w8a16", "all")
+    page.auto_load.setChecked(False)
+    page.go(4)
+    plain = page.start_run()
+    assert plain is not None
+    _wait(qtbot, page)
+    without = page.run
+    page.set_method("w8a16", "all", int8_head=True)
+    page.go(4)
+    assert "int8 lm_head + embeddings" in page.plan_summary.text()
+    assert page.start_run() is not None
+    _wait(qtbot, page)
+    run = page.run
+    assert run is not None and run.key != without.key, page.run_progress.stage.text()
+    meta = json.loads((Path(run.out_dir) / "npu_quant.json").read_text())
+    assert meta["int8_head"] == {"head": "lm_head", "embedding": "model.embed_tokens",
+                                 "tied": True}
+    # demo: 4096 x 256 tied table, fp32 -> int8 plus one fp32 scale per row
+    saved = without.quant.memory_bytes - run.quant.memory_bytes
+    assert saved == 4096 * 256 * 3 - 4096 * 4
+    assert page.save_as("msmodelslim", str(tmp_path / "ms")) is None
+    assert "read in float" in page.save_status.text()
+    assert not (tmp_path / "ms").exists()

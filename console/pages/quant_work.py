@@ -43,6 +43,7 @@ class QuantPlan:
     eval_tokens: int = 2048
     eval_prompts: int = 4
     new_tokens: int = 24
+    int8_head: bool = False  # lm_head and embeddings in int8 too
 
     @property
     def engine_preset(self) -> str:
@@ -61,6 +62,8 @@ class QuantPlan:
                  "samples": self.samples if self.needs_calibration else None,
                  "seq_len": self.seq_len if self.needs_calibration else None,
                  "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens]}
+        if self.int8_head:  # only when set, so that earlier runs keep their keys
+            ident["int8_head"] = True
         return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
     def describe(self) -> str:
@@ -70,6 +73,8 @@ class QuantPlan:
         parts.append(PRESET_LABELS.get(self.preset, self.preset))
         if self.skip:
             parts.append("skip " + ", ".join(self.skip))
+        if self.int8_head:
+            parts.append("int8 lm_head + embeddings")
         return " · ".join(parts)
 
 
@@ -167,7 +172,8 @@ def run_plan(plan: QuantPlan, report: Report, cancel, out_dir: str | Path | None
     req = QuantizeRequest(model_dir=plan.model_dir, out_dir=str(out), method=plan.method,
                           fmt="native", preset=plan.engine_preset, skip=tuple(plan.skip),
                           smoothquant=plan.smoothquant, calib_file=plan.calib_file,
-                          samples=plan.samples, seq_len=plan.seq_len, overwrite=True)
+                          samples=plan.samples, seq_len=plan.seq_len, overwrite=True,
+                          int8_head=plan.int8_head)
     t0 = time.perf_counter()
     result = run_quantize(req, progress=_stage(report, 0.0, 0.55), cancel=cancel)
     try:

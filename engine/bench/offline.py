@@ -249,6 +249,7 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     from engine.devices import import_torch
     from engine.models import LoadCancelled, ModelFolderError, ModelLoadError, load_model
     from engine.runtime import EngineConfig, LocalEngine
+    from engine.runtime.threads import run_in_fresh_thread
     from engine.runtime.types import EngineError, GenerationRequest, SamplingParams
 
     cfg.check()
@@ -262,27 +263,34 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     torch = import_torch()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     batch_sizes = sorted({int(b) for b in cfg.batch_sizes})
-    if loaded is None:
-        say(0.0, f"loading {cfg.model}")
-        try:
-            loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, cancel=cancel)
-        except LoadCancelled:
-            raise BenchError("cancelled while loading the model") from None
-        except (ModelFolderError, ModelLoadError) as exc:
-            raise BenchError(str(exc)) from None
-    dtype_bytes = torch.empty((), dtype=getattr(torch, loaded.dtype)).element_size()
-    if cfg.quant != "none":
-        say(0.05, f"quantizing ({cfg.quant})")
-        loaded, (weight_bytes, kv_per_token) = _quantize(loaded, cfg.quant, progress, cancel)
-    else:
-        weight_bytes, kv_per_token = decode_bytes_model(loaded.model, dtype_bytes)
 
-    bandwidth: Bandwidth | None = None
-    say(0.1, "measuring memory bandwidth")
-    try:
-        bandwidth = device_bandwidth(loaded.device, cfg.bandwidth_gbps)
-    except Exception as exc:  # noqa: BLE001 - the sweep is still useful without a roofline
-        notes.append(f"no bandwidth figure: {exc}")
+    def prepare(loaded: Any):
+        if loaded is None:
+            say(0.0, f"loading {cfg.model}")
+            try:
+                loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, cancel=cancel)
+            except LoadCancelled:
+                raise BenchError("cancelled while loading the model") from None
+            except (ModelFolderError, ModelLoadError) as exc:
+                raise BenchError(str(exc)) from None
+        dtype_bytes = torch.empty((), dtype=getattr(torch, loaded.dtype)).element_size()
+        if cfg.quant != "none":
+            say(0.05, f"quantizing ({cfg.quant})")
+            loaded, counted = _quantize(loaded, cfg.quant, progress, cancel)
+        else:
+            counted = decode_bytes_model(loaded.model, dtype_bytes)
+        bandwidth: Bandwidth | None = None
+        say(0.1, "measuring memory bandwidth")
+        try:
+            bandwidth = device_bandwidth(loaded.device, cfg.bandwidth_gbps)
+        except Exception as exc:  # noqa: BLE001 - the sweep is still useful without a roofline
+            notes.append(f"no bandwidth figure: {exc}")
+        return loaded, counted, bandwidth
+
+    # load, quantize and measure on a thread that ends before the engine runs: a thread that
+    # keeps an OpenMP team beside the engine's slows every decode step (engine.runtime.threads)
+    loaded, (weight_bytes, kv_per_token), bandwidth = run_in_fresh_thread(
+        prepare, loaded, name="bench-prepare")
     if bandwidth is None:
         notes.append(f"no bandwidth figure for {loaded.device}: pass --bandwidth GBPS for the "
                      "roofline share")

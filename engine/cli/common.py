@@ -41,6 +41,7 @@ def load_for_cli(args, quiet: bool = False):
         load_model,
     )
     from engine.models.loader import resolve_model_path
+    from engine.runtime.threads import run_in_fresh_thread
 
     device, dtype = resolve_device_dtype(args)
     try:
@@ -52,7 +53,10 @@ def load_for_cli(args, quiet: bool = False):
             if not quiet and sys.stderr.isatty():
                 print(f"\r[{fraction * 100:3.0f}%] {what:<40}", end="", file=sys.stderr, flush=True)
 
-        loaded = load_model(path, device=device, dtype=dtype, progress=progress)
+        # on a thread that ends: the main thread must not keep an OpenMP team beside the
+        # engine's (engine.runtime.threads)
+        loaded = run_in_fresh_thread(load_model, path, device=device, dtype=dtype,
+                                     progress=progress, name="load")
         if not quiet and sys.stderr.isatty():
             print("\r" + " " * 50 + "\r", end="", file=sys.stderr)
     except (ModelFolderError, ModelLoadError, LoadCancelled) as exc:

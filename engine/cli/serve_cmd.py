@@ -139,12 +139,16 @@ def add_int8_variant(engine, loaded, method: str, name: str):
     """Quantize a second copy of the model in memory (methods that need no calibration) and
     serve it beside the float one; returns its ModelInfo."""
     from engine.quant import QuantConfig, QuantError, prepare_for_serving, quantize_model
+    from engine.runtime.threads import run_in_fresh_thread
+
+    def quantize() -> None:
+        quantize_model(loaded.model, QuantConfig(method=method))
+        prepare_for_serving(loaded.model)
 
     try:
-        quantize_model(loaded.model, QuantConfig(method=method))
+        run_in_fresh_thread(quantize, name="quantize")
     except QuantError as exc:
         raise CliError(f"cannot quantize {loaded.name}: {exc}") from None
-    prepare_for_serving(loaded.model)
     loaded.quantization = method
     return engine.add_model(loaded, name=name).result()
 

@@ -22,10 +22,12 @@ class QuantInfo:
     skipped: list[str]
     smoothed: list[str] = field(default_factory=list)  # producers folded by SmoothQuant
     config: dict = field(default_factory=dict)
+    # int8 head: {"head": "lm_head", "embedding": "model.embed_tokens", "tied": bool}
+    int8_head: dict | None = None
 
     def to_dict(self) -> dict:
         return {"method": self.method, "quantized": self.quantized, "skipped": self.skipped,
-                "smoothed": self.smoothed, "config": self.config}
+                "smoothed": self.smoothed, "config": self.config, "int8_head": self.int8_head}
 
 
 def set_module(model: Any, name: str, new: torch.nn.Module) -> None:
@@ -73,10 +75,35 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
                                                         input_scale))
         if progress:
             progress("quantize", i + 1, total)
+    head = quantize_head(model) if config.int8_head else None
     info = QuantInfo(method=config.method, quantized=sel.quantize, skipped=sel.skipped,
-                     smoothed=smoothed, config=config.to_dict())
+                     smoothed=smoothed, config=config.to_dict(), int8_head=head)
     model.npu_quant = info
     return info
+
+
+def _module_name(model: Any, module: Any) -> str:
+    return next(n for n, m in model.named_modules() if m is module)
+
+
+def quantize_head(model: Any) -> dict:
+    """lm_head -> int8 weight-only QuantLinear (per-row scales: exactly per output token), the
+    input embedding -> QuantEmbedding (sharing the head's int8 table when the model ties them).
+    Weight-only for the head whatever the method: the logits are the most sensitive product."""
+    from engine.quant.qlinear import QuantEmbedding
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if type(head) is not torch.nn.Linear or type(emb) is not torch.nn.Embedding:
+        raise QuantError("--int8-head needs a plain lm_head and token embedding; this model "
+                         "has neither")
+    tied = head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
+    head_name, emb_name = _module_name(model, head), _module_name(model, emb)
+    qhead = QuantLinear.from_linear(head, "w8a16")
+    set_module(model, head_name, qhead)
+    set_module(model, emb_name, QuantEmbedding.tied(qhead) if tied
+               else QuantEmbedding.from_embedding(emb))
+    return {"head": head_name, "embedding": emb_name, "tied": tied}
 
 
 def quant_modules(model: Any) -> dict[str, QuantLinear]:

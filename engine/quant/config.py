@@ -11,8 +11,11 @@ METHODS = ("w8a16", "w8a8-dynamic", "w8a8-static")
 PRESETS = ("all", "attention", "no-down-proj")
 FORMATS = ("native", "compressed-tensors", "msmodelslim")
 
-# Never quantized: the NPU matmul ops cap N and K at 65535 (vocabularies are larger) and the
-# logits are where int8 error is most visible; embeddings are lookups, not matmuls.
+# Never quantized by the layer selection: the NPU matmul ops cap N and K at 65535 (vocabularies
+# are larger), the logits are where int8 error is most visible, and embeddings are lookups, not
+# matmuls. `QuantConfig.int8_head` opts the head and the embedding in as int8 weight-only, for
+# CPU and CUDA serving where memory matters more (a tied 151936-row vocabulary is 27 % of
+# Qwen2.5-0.5B).
 ALWAYS_FLOAT = ("lm_head", "embed_tokens", "embed_out", "wte", "output")
 
 _ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -30,6 +33,8 @@ class QuantConfig:
     matched against full module names; each must match at least one candidate layer.
     group_size: W8A16 only; 0 = one scale per output channel.
     smoothquant: migration strength alpha in [0, 1], or None (off). Only used by w8a8-*.
+    int8_head: also store lm_head (int8 weight-only, per-row scales, float activations) and the
+    token embedding in int8; written only in the native format.
     """
 
     method: str = "w8a8-dynamic"
@@ -39,6 +44,7 @@ class QuantConfig:
     smoothquant: float | None = None
     calib_samples: int = 64
     calib_seq_len: int = 256
+    int8_head: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -69,7 +75,8 @@ class QuantConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "preset": self.preset, "skip": list(self.skip),
                 "group_size": self.group_size, "smoothquant": self.smoothquant,
-                "calib_samples": self.calib_samples, "calib_seq_len": self.calib_seq_len}
+                "calib_samples": self.calib_samples, "calib_seq_len": self.calib_seq_len,
+                "int8_head": self.int8_head}
 
 
 def _is_always_float(name: str) -> bool:

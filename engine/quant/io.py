@@ -123,6 +123,10 @@ def export(model: Any, out: str | Path, fmt: str = "native", source_dir: str | P
         raise QuantError("compressed-tensors export is for w8a8-dynamic / w8a8-static "
                          "(vLLM and vllm-ascend have no int8 weight-only mapping); use "
                          "--format native or msmodelslim for w8a16")
+    if fmt != "native" and info.int8_head:
+        raise QuantError(f"an int8 lm_head and embedding can only be written in the native "
+                         f"format: {fmt} readers (vLLM, vllm-ascend) keep them in float; "
+                         "quantize without --int8-head for this format")
     if fmt == "compressed-tensors" and any(m.group_size for m in mods.values()):
         raise QuantError("per-group scales cannot be written as compressed-tensors")
     src = Path(source_dir) if source_dir else None
@@ -287,9 +291,20 @@ def _install_layers(model: Any, layers: dict[str, tuple[str, int]], dtype: torch
                                             dtype=dtype))
 
 
+def _install_head(model: Any, head: dict, dtype: torch.dtype) -> None:
+    """The QuantEmbedding of an int8-head export (its lm_head is among the int8 layers)."""
+    from engine.quant.qlinear import QuantEmbedding
+
+    qhead = model.get_submodule(head["head"])
+    emb = model.get_submodule(head["embedding"])
+    set_module(model, head["embedding"], QuantEmbedding.tied(qhead) if head["tied"]
+               else QuantEmbedding(emb.num_embeddings, emb.embedding_dim, dtype))
+
+
 def _finish(model: Any, tensors: dict[str, torch.Tensor], info: QuantInfo, device: str) -> Any:
     missing, unexpected = model.load_state_dict(tensors, strict=False)
-    tied = getattr(model.config, "tie_word_embeddings", False)
+    # an int8 head is stored as a layer of its own, so nothing is left to re-tie
+    tied = getattr(model.config, "tie_word_embeddings", False) and not info.int8_head
     missing = [k for k in missing if not (tied and k.startswith("lm_head."))]
     if missing or unexpected:
         raise QuantError(f"checkpoint does not match the model: missing {missing[:3]}, "
@@ -348,12 +363,14 @@ def load_quantized_model(path: str | Path, device: str = "cpu",
         tensors = load_file(str(path / "model.safetensors"))
         info = QuantInfo(method=meta["method"], quantized=meta["quantized"],
                          skipped=meta["skipped"], smoothed=meta.get("smoothed", []),
-                         config=meta.get("config", {}))
+                         config=meta.get("config", {}), int8_head=meta.get("int8_head"))
     elif fmt == "compressed-tensors":
         layers, tensors, info = _read_compressed_tensors(path, model)
     else:
         layers, tensors, info = _read_msmodelslim(path)
     _install_layers(model, layers, dt)
+    if info.int8_head:
+        _install_head(model, info.int8_head, dt)
     for k, v in list(tensors.items()):
         if v.is_floating_point() and not k.endswith(("weight_scale", "input_scale")):
             tensors[k] = v.to(dt)

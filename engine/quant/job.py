@@ -31,11 +31,13 @@ class QuantizeRequest:
     device: str = "cpu"
     dtype: str = "float32"
     overwrite: bool = False
+    int8_head: bool = False
 
     def config(self) -> QuantConfig:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
                            group_size=self.group_size, smoothquant=self.smoothquant,
-                           calib_samples=self.samples, calib_seq_len=self.seq_len)
+                           calib_samples=self.samples, calib_seq_len=self.seq_len,
+                           int8_head=self.int8_head)
 
 
 @dataclass
@@ -85,6 +87,9 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
     if req.fmt == "compressed-tensors" and req.method == "w8a16":
         raise QuantError("compressed-tensors export is for w8a8-dynamic / w8a8-static; use "
                          "--format native or msmodelslim for w8a16")
+    if req.int8_head and req.fmt != "native":
+        raise QuantError(f"--int8-head is written only in the native format ({req.fmt} readers "
+                         "keep lm_head and embeddings in float)")
     out = Path(req.out_dir)
     if out.exists() and not req.overwrite:
         raise QuantError(f"output folder {out} already exists (pass --overwrite to replace it)")

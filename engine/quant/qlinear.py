@@ -1,4 +1,5 @@
-"""`QuantLinear`: the drop-in replacement for `nn.Linear` that the quantizer puts into a model.
+"""`QuantLinear`: the drop-in replacement for `nn.Linear` that the quantizer puts into a model;
+`QuantEmbedding`: the int8 token embedding used with an int8 lm_head (opt-in, see apply.py).
 
 It owns the int8 weight (N, K), fp32 scales, the float bias and, for static W8A8, the calibrated
 per-tensor input scale. The matrix product itself is done by a backend kernel chosen from the
@@ -37,6 +38,7 @@ class QuantLinear(nn.Module):
             self.bias = None
         self.float_dtype = dtype
         self._cache: dict = {}  # backend-specific packed weights, rebuilt on demand
+        self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, method: str, group_size: int = 0,
@@ -83,7 +85,7 @@ class QuantLinear(nn.Module):
         from engine.quant.kernels import backend_for
 
         backend = backend_for(self, self.weight.device)
-        if backend.packs_own_copy(self):
+        if backend.packs_own_copy(self) and not self.keep_plain_weight:
             backend.prepare(self, self.float_dtype)
             self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
 
@@ -99,3 +101,63 @@ class QuantLinear(nn.Module):
         g = f", group_size={self.group_size}" if self.group_size else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"method={self.method}{g}, bias={self.bias is not None}")
+
+
+class QuantEmbedding(nn.Module):
+    """Token embedding stored as int8 rows with one fp32 scale per row; a lookup dequantizes
+    only the rows it reads. With a tied model it owns nothing and reads the int8 lm_head's
+    weight and scales (one int8 copy of the vocabulary matrix, as the float model had one)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype,
+                 tied_to: QuantLinear | None = None):
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.float_dtype = dtype
+        # a plain attribute in a tuple, not a submodule: the head is saved and moved as lm_head
+        self._tied = (tied_to,) if tied_to is not None else None
+        if tied_to is None:
+            self.register_buffer("weight", torch.zeros(num_embeddings, embedding_dim,
+                                                       dtype=torch.int8))
+            self.register_buffer("weight_scale", torch.ones(num_embeddings))
+        else:
+            tied_to.keep_plain_weight = True
+
+    @classmethod
+    def from_embedding(cls, emb: nn.Embedding) -> QuantEmbedding:
+        w = emb.weight.detach()
+        mod = cls(emb.num_embeddings, emb.embedding_dim, w.dtype)
+        q, s = qmath.quantize_weight(w)
+        mod.weight.copy_(q)
+        mod.weight_scale.copy_(s)
+        return mod.to(w.device)
+
+    @classmethod
+    def tied(cls, head: QuantLinear) -> QuantEmbedding:
+        return cls(head.out_features, head.in_features, head.float_dtype, tied_to=head)
+
+    @property
+    def is_tied(self) -> bool:
+        return self._tied is not None
+
+    def _tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        src = self._tied[0] if self._tied is not None else self
+        return src.weight, src.weight_scale
+
+    def _apply(self, fn, recurse=True):
+        scale = self._buffers.get("weight_scale")
+        out = super()._apply(fn, recurse)
+        moved = self._buffers.get("weight_scale")
+        if scale is not None and moved.dtype != torch.float32:
+            self._buffers["weight_scale"] = scale.to(device=moved.device)
+        self.float_dtype = fn(torch.empty(0, dtype=self.float_dtype)).dtype
+        return out
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        q, scale = self._tables()
+        rows = q[ids].to(torch.float32) * scale[ids].unsqueeze(-1)
+        return rows.to(self.float_dtype)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, int8"
+                + (", tied to lm_head" if self.is_tied else ""))

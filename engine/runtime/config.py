@@ -23,6 +23,9 @@ class EngineConfig:
     num_threads: int | None = None  # torch intra-op threads; None = see resolve_threads
     gui_in_process: bool = False  # leave a core to the GUI thread when True
     metrics_capacity: int = 4096  # points per ring-buffer series
+    # an engine with nothing to do for this long ends its thread (and that thread's OpenMP
+    # team, engine.runtime.threads); the next request starts a new one. 0 = keep it
+    idle_thread_s: float = 5.0
 
     def resolve_threads(self) -> int:
         if self.num_threads:

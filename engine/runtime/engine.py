@@ -85,9 +85,9 @@ class LocalEngine:
         self._crashed: str | None = None
         self._finished_since_stats: list[FinishEvent] = []  # engine thread only
         self.last_error: str | None = None
-        self._thread = threading.Thread(target=self._loop, name="npu-console-engine",
-                                        daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        with self._lock:
+            self._start_thread()
 
     # ================================================================ client API (any thread)
     def submit(self, request: GenerationRequest) -> LocalRequestHandle:
@@ -117,8 +117,7 @@ class LocalEngine:
                     "retry later", retry_after_s=1.0)
             self._num_waiting += 1
             self._handles[seq.request_id] = handle
-            self._inbox.append(("submit", seq, variant))
-            self._lock.notify()
+            self._post(("submit", seq, variant))
         return handle
 
     def generate(self, request: GenerationRequest, timeout: float | None = None):
@@ -128,8 +127,7 @@ class LocalEngine:
     def cancel(self, request_id: str) -> None:
         with self._lock:
             if request_id in self._handles:
-                self._inbox.append(("cancel", request_id))
-                self._lock.notify()
+                self._post(("cancel", request_id))
 
     def stats(self) -> EngineStats:
         with self._lock:
@@ -223,8 +221,7 @@ class LocalEngine:
         with self._lock:
             if name not in self._variants:
                 raise ModelNotFoundError(f"no loaded model named {name!r}", param="model")
-            self._inbox.append(("unload", name, job))
-            self._lock.notify()
+            self._post(("unload", name, job))
         return job
 
     def _start_load(self, name: str, produce: Callable[[Job], Any], default: bool,
@@ -250,8 +247,7 @@ class LocalEngine:
                 if job.cancelled:
                     raise LoadCancelled(f"loading {name} was cancelled")
                 with self._lock:
-                    self._inbox.append(("add", variant, job, default, replace))
-                    self._lock.notify()
+                    self._post(("add", variant, job, default, replace))
             except BaseException as exc:  # noqa: BLE001 - reported through the job
                 with self._lock:
                     if name in self._loading:
@@ -268,8 +264,11 @@ class LocalEngine:
         with self._lock:
             self._stopping = True
             self._lock.notify()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+            if self._thread is None and not self._stopped:
+                self._start_thread()  # an idle engine has no thread: one ends it properly
+            thread = self._thread
+        if thread is not None and threading.current_thread() is not thread:
+            thread.join(timeout)
 
     def __enter__(self):
         return self
@@ -310,16 +309,37 @@ class LocalEngine:
             return list(tok.encode(req.prompt, add_special_tokens=req.add_special_tokens))
 
     # ================================================================ engine thread
+    def _start_thread(self) -> None:
+        """Called with self._lock held."""
+        self._thread = threading.Thread(target=self._loop, name="npu-console-engine",
+                                        daemon=True)
+        self._thread.start()
+
+    def _post(self, cmd: tuple) -> None:
+        """Queue a command for the engine thread (called with self._lock held)."""
+        self._inbox.append(cmd)
+        self._lock.notify()
+        if self._thread is None:
+            self._start_thread()
+
     def _loop(self) -> None:
         import torch
 
         torch.set_num_threads(self.config.resolve_threads())
+        idle_s = self.config.idle_thread_s or None
+        retired = False
         try:
             while True:
                 busy = any(v.scheduler.has_work for v in self._all_variants())
                 with self._lock:
                     while not self._inbox and not busy and not self._stopping:
-                        self._lock.wait()
+                        if not self._lock.wait(idle_s) and not self._inbox and not self._stopping:
+                            # idle: end the thread, and with it its OpenMP team, which would
+                            # slow any other thread's torch work (engine.runtime.threads); the
+                            # next command starts a new one
+                            self._thread = None
+                            retired = True
+                            return
                     cmds = list(self._inbox)
                     self._inbox.clear()
                     stopping = self._stopping
@@ -341,8 +361,9 @@ class LocalEngine:
             log.exception("engine loop crashed")
             self._crashed = f"engine loop crashed: {exc}"
         finally:
-            self._abort_all("the engine shut down" if not self._crashed else self._crashed)
-            self._stopped = True
+            if not retired:
+                self._abort_all("the engine shut down" if not self._crashed else self._crashed)
+                self._stopped = True
 
     def _all_variants(self) -> list[Variant]:
         with self._lock:

@@ -113,8 +113,10 @@ class BatchedRunner:
         attn0 = self.layers[0].self_attn
         self.scaling = getattr(attn0, "scaling", self.head_dim ** -0.5)
         self.has_qk_norm = hasattr(attn0, "q_norm") and hasattr(attn0, "k_norm")
-        self.dtype = self.inner.embed_tokens.weight.dtype
-        self.device = self.inner.embed_tokens.weight.device
+        embed = self.inner.embed_tokens
+        # an int8 embedding (QuantEmbedding) declares the float dtype it produces
+        self.dtype = getattr(embed, "float_dtype", None) or embed.weight.dtype
+        self.device = self.inner.norm.weight.device
         self.max_len = max_len
         self.kv = KVCache(len(self.layers), num_slots, self.num_kv_heads, max_len, self.head_dim,
                           resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)

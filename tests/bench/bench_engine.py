@@ -9,6 +9,11 @@ Same workload for every mode, all requests arriving at t=0 (offline, like vLLM's
   (c) LocalEngine with all requests submitted at once (continuous batching)
 plus a concurrency-1 decode comparison (one request, engine vs generate).
 
+Every transformers run and every model build runs on a thread that ends before the engine steps,
+and the engine's thread ends whenever it is idle: a thread that keeps an OpenMP team beside the
+engine's makes both slow (engine.runtime.threads), which made earlier (c) runs pay ~40 % more
+per decode step than they needed to.
+
 Usage:
   nice -n 10 python tests/bench/bench_engine.py --model qwen05b --threads 1 --subset-a 4
   nice -n 10 python tests/bench/bench_engine.py --model demo --threads 1
@@ -28,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from engine.runtime.threads import run_in_fresh_thread
 
 # ----------------------------------------------------------------------------- models
 
@@ -179,12 +185,21 @@ def mode_c(loaded, prompts, olens, args):
 
 def concurrency_one(hf_loaded, eng_loaded, vocab, args, n_out=64, repeats=3):
     """Decode tokens/s of one request alone: generate vs the engine, alternating `repeats`
-    times (this VM's speed drifts by several percent within a minute), medians."""
+    times (this VM's speed drifts by several percent within a minute), medians. Each side runs
+    while the other has no thread: generate on a fresh thread, the engine after that thread
+    ended; the engine's own thread ends when idle and is waited for before generate runs."""
     from engine.runtime import EngineConfig, LocalEngine
     from engine.runtime.types import GenerationRequest, SamplingParams
 
     prompt = np.random.default_rng(1).integers(10, vocab - 10, 32).tolist()
-    eng = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads, max_model_len=256))
+    eng = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads, max_model_len=256,
+                                   idle_thread_s=0.05))
+
+    def engine_idle() -> None:
+        t = eng._thread  # the bench may look inside: it must know the thread has ended
+        if t is not None:
+            t.join()
+
     gen, ours = [], []
     try:
         eng.add_model(eng_loaded, name="c1").result()
@@ -192,9 +207,11 @@ def concurrency_one(hf_loaded, eng_loaded, vocab, args, n_out=64, repeats=3):
             max_tokens=n_out, temperature=0, ignore_eos=True))
         eng.generate(GenerationRequest(prompt_token_ids=prompt[:8], params=SamplingParams(
             max_tokens=4, temperature=0, ignore_eos=True)))  # warm-up
-        hf_generate(hf_loaded.model, [prompt], 4, 0)
+        engine_idle()
+        run_in_fresh_thread(hf_generate, hf_loaded.model, [prompt], 4, 0)
         for _ in range(repeats):
-            st = hf_generate(hf_loaded.model, [prompt], n_out, 0)
+            engine_idle()
+            st = run_in_fresh_thread(hf_generate, hf_loaded.model, [prompt], n_out, 0)
             gen.append((n_out - 1) / (st.times[-1] - st.times[0]))
             ours.append(1.0 / eng.generate(req).finish.timings.tpot_s)
     finally:
@@ -231,8 +248,9 @@ def main() -> int:
 
     # two copies: the engine may re-lay out weights for its kernels (a transposed lm_head on
     # CPU), and the transformers baselines must run on the model as transformers loads it
-    loaded = load()
-    hf_loaded = load() if {"a", "b", "c1"} & set(args.modes.split(",")) else loaded
+    loaded = run_in_fresh_thread(load)
+    hf_loaded = (run_in_fresh_thread(load) if {"a", "b", "c1"} & set(args.modes.split(","))
+                 else loaded)
     cfg = loaded.model.config
     vocab = cfg.vocab_size
     ctx = getattr(cfg, "max_position_embeddings", 2048)
@@ -246,9 +264,9 @@ def main() -> int:
     for m in modes:
         t = time.perf_counter()
         if m == "a":
-            r = mode_a(hf_loaded, prompts, olens, args.subset_a)
+            r = run_in_fresh_thread(mode_a, hf_loaded, prompts, olens, args.subset_a)
         elif m == "b":
-            r = mode_b(hf_loaded, prompts, olens)
+            r = run_in_fresh_thread(mode_b, hf_loaded, prompts, olens)
         elif m == "c":
             r = mode_c(loaded, prompts, olens, args)
         elif m == "c1":

@@ -119,16 +119,33 @@ class CpuBackend:
         return torch._weight_int8pack_mm(xb.contiguous(), mod.weight, scale_bf16)
 
     def _w8a8(self, mod, x: torch.Tensor) -> torch.Tensor:
+        # one buffer holds every row the GEMM reads (the integer rows, then the pin row) and
+        # the arithmetic runs in place: at decode sizes the int8 product itself takes ~40 us,
+        # so each extra small op (a cat, a temporary) is a visible share of the layer
         packed, colsum = self.prepare(mod)
-        xf = x.float()
+        m, k = x.shape
+        xf = x.float()  # no copy for fp32 models
         sx = (mod.input_scale.float() if mod.method == "w8a8-static"
               else qmath.per_token_scale(xf))
-        q = qmath.quantize_act(xf, sx)
-        if int16_saturation():
-            m = q.shape[0]
-            hi = torch.floor(q / 16)
-            out = _int_rows_gemm(torch.cat([hi + 8, q - 16 * hi]), packed)
-            y = out[:m].sub_(colsum, alpha=8).mul_(16).add_(out[m:])
+        split = int16_saturation()
+        rows = 2 * m if split else m
+        buf = torch.empty(rows + 1, k)
+        q = buf[rows - m:rows]  # the int8 values land in the last m integer rows
+        torch.div(xf, sx, out=q)
+        q.round_().clamp_(-qmath.QMAX, qmath.QMAX)
+        pin = buf[rows]
+        pin.zero_()
+        pin[0] = 255.0  # pins the op's dynamic range to [0, 255]: scale 1, zero point 0
+        if split:
+            # q = 16 * hi + lo with hi + 8 and lo in [0, 15]: no pair of products can saturate
+            hi = buf[:m]
+            torch.div(q, 16, rounding_mode="floor", out=hi)
+            q.sub_(hi, alpha=16)
+            hi.add_(8)
+            out = torch.ops.quantized.linear_dynamic(buf, packed, False)
+            y = out[:m].sub_(colsum, alpha=8).mul_(16).add_(out[m:rows])
         else:
-            y = _int_rows_gemm(q.add_(128), packed).sub_(colsum, alpha=128)
+            q.add_(128)
+            y = torch.ops.quantized.linear_dynamic(buf, packed, False)[:m].sub_(colsum,
+                                                                                alpha=128)
         return y.mul_(sx)
