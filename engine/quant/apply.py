@@ -95,8 +95,8 @@ def quantize_head(model: Any) -> dict:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     if type(head) is not torch.nn.Linear or type(emb) is not torch.nn.Embedding:
-        raise QuantError("--int8-head needs a plain lm_head and token embedding; this model "
-                         "has neither")
+        raise QuantError("--int8-head needs a plain linear lm_head and a token embedding; "
+                         f"this model has {type(head).__name__} and {type(emb).__name__}")
     tied = head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
     head_name, emb_name = _module_name(model, head), _module_name(model, emb)
     qhead = QuantLinear.from_linear(head, "w8a16")
