@@ -10,17 +10,25 @@ _TINY = 1e-8
 
 def quantize_weight(weight: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, K) float -> int8 (N, K) and fp32 scales: (N,) per channel or (N, K/group) per group."""
-    w = weight.detach().float()
-    n, k = w.shape
+    n, k = weight.shape
     if group_size:
+        w = weight.detach().float()
         if k % group_size:
             raise ValueError(f"in_features {k} is not a multiple of group size {group_size}")
         wg = w.view(n, k // group_size, group_size)
         scale = (wg.abs().amax(-1) / QMAX).clamp_min(_TINY)
         q = torch.round(wg / scale[..., None]).clamp_(-QMAX, QMAX).to(torch.int8).view(n, k)
         return q, scale
-    scale = (w.abs().amax(-1) / QMAX).clamp_min(_TINY)
-    q = torch.round(w / scale[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    # per row, so rows can go in blocks: a 151936-row vocabulary matrix would otherwise hold
+    # three float32 temporaries of its full size at once (1.6 GB for Qwen2.5-0.5B's)
+    scale = torch.empty(n, dtype=torch.float32, device=weight.device)
+    q = torch.empty(n, k, dtype=torch.int8, device=weight.device)
+    block = max(1, (16 << 20) // max(k, 1))
+    for r in range(0, n, block):
+        wr = weight.detach()[r:r + block].float()
+        sr = (wr.abs().amax(-1) / QMAX).clamp_min(_TINY)
+        scale[r:r + block] = sr
+        q[r:r + block] = torch.round(wr / sr[:, None]).clamp_(-QMAX, QMAX)
     return q, scale
 
 
