@@ -63,6 +63,8 @@ def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
     model, _ = load_float(stories_dir)
     quantize_model(model, QuantConfig(method="w8a16", int8_head=True))
     out = io.export(model, tmp_path / "q", "native", source_dir=stories_dir)
+    with pytest.raises(QuantError, match="65535"):  # refused before anything touches an NPU
+        io.load_quantized_model(out, device="npu")
     back = io.load_quantized_model(out)
     assert back.npu_quant.int8_head["tied"]
     assert isinstance(back.get_input_embeddings(), QuantEmbedding)

@@ -368,6 +368,10 @@ def load_quantized_model(path: str | Path, device: str = "cpu",
         layers, tensors, info = _read_compressed_tensors(path, model)
     else:
         layers, tensors, info = _read_msmodelslim(path)
+    if info.int8_head and str(device).split(":")[0] == "npu":
+        raise QuantError("this checkpoint has an int8 lm_head, which Ascend cannot run (its int8 "
+                         "matmuls cap N at 65535, a vocabulary is larger); quantize again "
+                         "without --int8-head")
     _install_layers(model, layers, dt)
     if info.int8_head:
         _install_head(model, info.int8_head, dt)
