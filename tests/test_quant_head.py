@@ -4,6 +4,8 @@ whose readers keep the head in float refuse it."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
@@ -104,6 +106,8 @@ def test_untied_model_gets_its_own_int8_embedding(tmp_path):
     ids = torch.arange(0, 512, 7)
     err = (emb(ids) - before[ids]).abs().max(-1).values
     assert torch.all(err <= before[ids].abs().amax(-1) / 127 / 2 + 1e-6)  # half a step per row
+    half = copy.deepcopy(model).to(torch.bfloat16).get_input_embeddings()
+    assert half.weight_scale.dtype == torch.float32 and half(ids).dtype == torch.bfloat16
     out = io.export(model, tmp_path / "q", "native", source_dir=path)
     back = io.load_quantized_model(out)
     prepare_for_serving(back)

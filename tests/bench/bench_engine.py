@@ -42,13 +42,10 @@ def qwen05b(dtype: str):
     """Random-initialised Qwen2.5-0.5B configuration (no download)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from engine.bench.random_model import word_tokenizer
+    from engine.bench.random_model import QWEN25_05B, word_tokenizer
     from engine.models.loader import LoadedModel
 
-    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                      num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-                      tie_word_embeddings=True, max_position_embeddings=32768,
-                      rope_theta=1000000.0, architectures=["Qwen2ForCausalLM"])
+    cfg = Qwen2Config(**QWEN25_05B, architectures=["Qwen2ForCausalLM"])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype)).eval()
     return LoadedModel(name="qwen05b-random", path=Path("<random Qwen2.5-0.5B config>"),

@@ -29,31 +29,18 @@ def build_model(dtype: str):
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
+    from engine.bench.random_model import QWEN25_05B
+
     torch.manual_seed(0)
-    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                      num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-                      tie_word_embeddings=True, max_position_embeddings=4096)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype)).eval()
-    return model
-
-
-def word_tokenizer(vocab: int):
-    """A WordLevel tokenizer covering every id (the random model has no real vocabulary)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
-    tk.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="t1", bos_token="t2",
-                                   unk_token="t0")
+    cfg = Qwen2Config(**QWEN25_05B)
+    return AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype)).eval()
 
 
 def engine_speed(model, name: str, threads: int, new_tokens: int) -> dict:
     """TTFT and decode tok/s through engine.runtime.LocalEngine (batch 1 and 8)."""
     import torch
 
+    from engine.bench.random_model import word_tokenizer
     from engine.models.loader import LoadedModel
     from engine.runtime import EngineConfig, LocalEngine
     from engine.runtime.types import GenerationRequest, SamplingParams
