@@ -52,9 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Idle OpenMP workers spin by default; on the small machines this runs on (and beside the GUI
-    # thread) that spinning starves everything else. Measured: up to 9x slower decode on 2 cores.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP workers spin briefly after each parallel region by default. The desktop console
+    # keeps them passive: its GUI thread shares the cores (measured on a loaded 2-core VM: up
+    # to 9x slower decode with spinning workers beside it). Headless commands keep libgomp's
+    # default: with the engine thread as the only team (engine.runtime.threads) the 0.5B
+    # w8a8-dynamic sweep decoded 8.9 vs 7.3 tok/s at batch 1 and 36.8 vs 22.8 at batch 8
+    # (docs/benchmarks.md). OMP_WAIT_POLICY set by the user wins either way.
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["gui"]:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
