@@ -162,6 +162,19 @@ def check_devices() -> list[Check]:
     return out
 
 
+def check_int8_kernels() -> Check:
+    """Which CPU int8 kernels quantized models will use; builds the native ones if needed."""
+    from engine.quant.kernels import native
+
+    info = native.build()
+    if info.path is not None:
+        return Check("cpu int8 kernels", "ok", f"native AVX2 kernels ({info.reason}: {info.path})")
+    fix = ("install a C compiler (apt-get install gcc libc6-dev) for ~2x faster INT8 decode"
+           if "compiler" in info.reason else None)
+    return Check("cpu int8 kernels", "warn" if fix else "info",
+                 f"PyTorch's own ({info.reason})", fix)
+
+
 def check_disk(path: Path) -> Check:
     usage = shutil.disk_usage(path)
     gib = usage.free / 2**30
@@ -207,6 +220,7 @@ def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
     checks.append(check_npu_smi(npu_smi))
     checks.append(check_nvidia())
     checks += check_devices()
+    checks.append(check_int8_kernels())
     checks.append(check_env())
     checks.append(check_disk(state_dir()))
     checks.append(check_demo_model())

@@ -24,3 +24,11 @@ def state_dir() -> Path:
         base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "npu-console"
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+def cache_dir() -> Path:
+    """Rebuildable per-user files (compiled kernels); NPU_CONSOLE_CACHE overrides it."""
+    override = os.environ.get("NPU_CONSOLE_CACHE")
+    if override:
+        return Path(override)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "npu-console"

@@ -32,6 +32,10 @@ def test_doctor_json_says_there_is_no_npu_and_why():
         assert "no Ascend NPU" in drv["detail"] and "/dev/davinci" in drv["detail"]
         assert drv["fix"]
     assert names["device cpu"]["status"] == "ok"
+    kern = names["cpu int8 kernels"]
+    from engine.quant.kernels import native
+    assert kern["status"] == ("ok" if native.available() else kern["status"])
+    assert ("native AVX2" in kern["detail"]) == native.available()
     assert res.returncode == (1 if not data["ok"] else 0)
 
 

@@ -17,6 +17,19 @@ def _layer(k=256, n=192, bias=True, seed=0):
     return lin, x
 
 
+@pytest.fixture(params=["native", "torch"])
+def cpu_path(request, monkeypatch):
+    """Run a test on the native AVX2 kernels and on PyTorch's own (the fallback)."""
+    from engine.quant import kernels
+    from engine.quant.kernels import cpu, native
+
+    if request.param == "native" and not native.available():
+        pytest.skip(f"native kernels unavailable: {native.build().reason}")
+    backend = cpu.CpuBackend(use_native=request.param == "native")
+    monkeypatch.setitem(kernels._BACKENDS, "cpu", backend)
+    return backend
+
+
 def _rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
@@ -34,7 +47,7 @@ def test_weight_quantization_is_symmetric_and_bounded():
 
 @pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic", "w8a8-static"])
 @pytest.mark.parametrize("bias,k", [(True, 256), (False, 172)])  # 172: K not a multiple of 8
-def test_cpu_kernel_matches_integer_reference(method, bias, k):
+def test_cpu_kernel_matches_integer_reference(method, bias, k, cpu_path):
     lin, x = _layer(k=k, bias=bias)
     s_in = x.abs().max().item() / 127 if method == "w8a8-static" else None
     q = QuantLinear.from_linear(lin, method, input_scale=s_in)
@@ -42,12 +55,14 @@ def test_cpu_kernel_matches_integer_reference(method, bias, k):
     assert y.shape == (2, 7, 192) and y.dtype == torch.float32
     q.backend = "reference"
     ref = q(x)
-    # w8a16 runs with bf16 activations; w8a8 is exact integer math (also on CPUs without VNNI)
-    assert _rel(y, ref) < (0.01 if method == "w8a16" else 1e-5)
+    # PyTorch's w8a16 runs with bf16 activations, the native one in fp32; w8a8 is exact
+    # integer math on every path (also on CPUs without VNNI)
+    bf16_acts = method == "w8a16" and not cpu_path.native_for(q)
+    assert _rel(y, ref) < (0.01 if bf16_acts else 1e-5)
     assert _rel(ref, lin(x)) < 0.06  # and the int8 math itself is close to float
 
 
-def test_cpu_kernels_take_bf16_models_and_any_leading_shape():
+def test_cpu_kernels_take_bf16_models_and_any_leading_shape(cpu_path):
     lin, x = _layer()
     for method in ("w8a16", "w8a8-dynamic"):
         q = QuantLinear.from_linear(lin, method).to(torch.bfloat16)
@@ -59,7 +74,7 @@ def test_cpu_kernels_take_bf16_models_and_any_leading_shape():
         assert _rel(y, lin(x[0, 0])) < 0.05
 
 
-def test_per_group_w8a16():
+def test_per_group_w8a16(cpu_path):
     lin, x = _layer()
     q = QuantLinear.from_linear(lin, "w8a16", group_size=64)
     assert q.weight_scale.shape == (192, 4)
@@ -75,7 +90,7 @@ def test_saturation_probe_and_nibble_path_agree_with_direct_int_math():
     q = QuantLinear.from_linear(lin, "w8a8-dynamic")
     xq = qmath.quantize_act(x.reshape(-1, 128), qmath.per_token_scale(x.reshape(-1, 128)))
     exact = (xq.double() @ q.weight.double().t()).float()  # int32 accumulators
-    packed, colsum = cpu.CpuBackend().prepare(q)
+    packed, colsum = cpu.CpuBackend(use_native=False).prepare(q)
     hi = torch.floor(xq / 16)
     out = cpu._int_rows_gemm(torch.cat([hi + 8, xq - 16 * hi]), packed)
     n = xq.shape[0]
@@ -84,16 +99,18 @@ def test_saturation_probe_and_nibble_path_agree_with_direct_int_math():
     assert isinstance(cpu.int16_saturation(), bool)
 
 
-def test_released_plain_weight_keeps_outputs():
+@pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic"])
+def test_released_plain_weight_keeps_outputs(method, cpu_path):
     lin, x = _layer()
-    q = QuantLinear.from_linear(lin, "w8a8-dynamic")
+    q = QuantLinear.from_linear(lin, method)
     before = q(x)
     q.release_plain_weight()
-    assert q.weight.numel() == 0
+    # a kernel with its own packed copy frees the plain weight; one that reads it keeps it
+    assert (q.weight.numel() == 0) == cpu_path.packs_own_copy(q)
     assert torch.equal(q(x), before)
 
 
-def test_per_token_scaling_isolates_rows():
+def test_per_token_scaling_isolates_rows(cpu_path):
     # a huge row must not degrade a small row's precision (it would with per-tensor scales)
     lin, _ = _layer(bias=False)
     q = QuantLinear.from_linear(lin, "w8a8-dynamic")
@@ -101,3 +118,15 @@ def test_per_token_scaling_isolates_rows():
     big = torch.randn(1, 256) * 1000
     y = q(torch.cat([small, big]))
     assert _rel(y[0], lin(small)[0]) < 0.03
+
+
+def test_copied_layer_computes_with_its_own_weight(cpu_path):
+    import copy
+
+    lin, x = _layer()
+    q = QuantLinear.from_linear(lin, "w8a16")
+    before = q(x)  # prepares (and, on the native path, binds a forward to q)
+    twin = copy.deepcopy(q)
+    twin.weight.neg_()
+    assert torch.equal(q(x), before)
+    assert _rel(twin(x) - q.bias, q.bias - before) < 0.01  # the negated weight, not q's

@@ -15,12 +15,16 @@ from engine.quant import evaluate as ev
 from engine.quant.apply import quantize_model
 from engine.quant.config import QuantConfig, select_layers
 
-# (method, SmoothQuant alpha, max perplexity increase %, min greedy agreement).
-# Greedy agreement: the 90% bar holds for w8a16; for w8a8 on these tiny models (hidden
-# 64 / 256) a first divergence sends the continuation elsewhere and position-wise agreement
-# was measured at 0.61-0.73 (docs/benchmarks.md), so the bar here guards against regressions.
-BARS = [("w8a16", None, 0.3, 0.90), ("w8a8-dynamic", None, 0.6, 0.65),
-        ("w8a8-static", 0.8, 1.0, 0.55)]
+# (method, SmoothQuant alpha, max perplexity increase %, min teacher-forced top-1 agreement,
+# min free-running greedy agreement).
+# Free-running greedy agreement on these tiny models (hidden 64 / 256) is decided by where a
+# near-tie flips (float top-2 margins of 0.002-0.08 logits at the divergences): the float
+# model itself cast to bf16 agrees with fp32 at 0.744 on stories260K, and the same exact
+# integer math with a different float summation order moved w8a8-static from 0.550 to 0.503
+# (docs/benchmarks.md). So it is only a regression guard here; the quality bars are
+# perplexity and top-1 agreement, which bf16 meets at 0.984.
+BARS = [("w8a16", None, 0.3, 0.985, 0.80), ("w8a8-dynamic", None, 0.6, 0.98, 0.70),
+        ("w8a8-static", 0.8, 1.0, 0.965, 0.55)]
 
 
 def _quantize(model, method, alpha, samples):
@@ -45,8 +49,8 @@ def stories(stories_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,alpha,max_pct,min_agree", BARS)
-def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_agree):
+@pytest.mark.parametrize("method,alpha,max_pct,min_top1,min_agree", BARS)
+def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_top1, min_agree):
     model, _ = load_float(stories_dir)
     _quantize(model, method, alpha, stories["cal"])
     ppl = ev.perplexity(model, stories["held"], window=256, stride=128).perplexity
@@ -54,13 +58,15 @@ def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_
     assert delta <= max_pct, f"{method}: +{delta:.3f}% perplexity (bar {max_pct}%)"
     got = [ev.greedy_tokens(model, p, 32) for p in stories["prompts"]]
     agree = ev.greedy_agreement(stories["ref"], got)
-    print(f"stories {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f}")
+    top1 = ev.top1_agreement(model, stories["prompts"], stories["ref"])
+    print(f"stories {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f}, top-1 {top1:.3f}")
+    assert top1 >= min_top1
     assert agree >= min_agree
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,alpha,max_pct,min_agree", BARS)
-def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct, min_agree):
+@pytest.mark.parametrize("method,alpha,max_pct,min_top1,min_agree", BARS)
+def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct, min_top1, min_agree):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.paths import CALIB_DIR
@@ -79,5 +85,7 @@ def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct, min_agr
     assert delta <= max_pct, f"{method}: +{delta:.3f}% perplexity (bar {max_pct}%)"
     got = [ev.greedy_tokens(model, p, 32) for p in prompts]
     agree = ev.greedy_agreement(ref, got)
-    print(f"demo {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f}")
+    top1 = ev.top1_agreement(model, prompts, ref)
+    print(f"demo {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f}, top-1 {top1:.3f}")
+    assert top1 >= min_top1
     assert agree >= min_agree

@@ -88,6 +88,7 @@ class VariantMeasure:
     tok_s: float  # batch-1 greedy decode
     perplexity: float
     greedy_agreement: float | None = None  # vs the float model; None for the float row
+    top1_agreement: float | None = None  # teacher-forced on the float model's continuation
 
 
 @dataclass
@@ -246,11 +247,12 @@ def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float =
         check()
         report(base + span * 0.3, f"measuring {method}: greedy agreement")
         greedy = [ev.greedy_tokens(loaded.model, p, plan.new_tokens) for p in prompts]
-        agree = None
+        agree = top1 = None
         if ref is None:
             ref = greedy
         else:
             agree = ev.greedy_agreement(ref, greedy)
+            top1 = ev.top1_agreement(loaded.model, prompts, ref)
         check()
         report(base + span * 0.4, f"measuring {method}: speed")
         ev.decode_speed(loaded.model, batch=1, prompt_len=16, new_tokens=4)  # warm-up
@@ -260,7 +262,8 @@ def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float =
                                    method=method, disk_bytes=_weights_on_disk(path, dir_bytes),
                                    memory_bytes=ev.weight_bytes(loaded.model),
                                    ttft_ms=speed.ttft_s * 1000.0, tok_s=speed.decode_tok_s,
-                                   perplexity=ppl, greedy_agreement=agree))
+                                   perplexity=ppl, greedy_agreement=agree,
+                                   top1_agreement=top1))
     report(hi, "measured")
     return rows[0], rows[1], source
 

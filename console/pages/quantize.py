@@ -64,6 +64,14 @@ def _cancel_types():
     return (Cancelled, LoadCancelled)
 
 
+def _agreement(q) -> str:
+    """Free-running greedy and (when measured) teacher-forced top-1 agreement, in percent."""
+    text = f"{100 * (q.greedy_agreement or 0):.0f}% greedy"
+    if q.top1_agreement is not None:
+        text += f" · {100 * q.top1_agreement:.0f}% top-1"
+    return text
+
+
 def _title(text: str) -> QLabel:
     t = QLabel(text)
     t.setObjectName("CardTitle")
@@ -368,16 +376,22 @@ class QuantizePage(Page):
         vrow.addWidget(self.verdict_badge)
         vrow.addWidget(self.verdict, 1)
         rv.addLayout(vrow)
-        self.table = QTableWidget(6, 3)
+        self.table = QTableWidget(7, 3)
         self.table.setHorizontalHeaderLabels(["Float", "INT8", "Change"])
         self.table.setVerticalHeaderLabels(["Size on disk", "Memory (weights)", "TTFT",
                                             "Decode tok/s (batch 1)", "Perplexity",
-                                            "Greedy agreement"])
+                                            "Greedy agreement", "Top-1 agreement"])
+        self.table.verticalHeaderItem(5).setToolTip(
+            "Share of greedy tokens identical to the float model's, position by position, when "
+            "each model continues on its own: one early flip of a near-tie changes the rest")
+        self.table.verticalHeaderItem(6).setToolTip(
+            "Share of positions where the INT8 model's most likely next token is the float "
+            "model's, both reading the float model's continuation (teacher-forced)")
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.verticalHeader().setDefaultSectionSize(28)
-        self.table.setFixedHeight(32 + 6 * 28 + 4)
+        self.table.setFixedHeight(32 + 7 * 28 + 6)
         rv.addWidget(self.table)
         srow = QHBoxLayout()
         self.fmt_box = QComboBox()
@@ -727,6 +741,8 @@ class QuantizePage(Page):
             (f"{f.tok_s:.1f}", f"{q.tok_s:.1f}", ratio(f.tok_s, q.tok_s)),
             (f"{f.perplexity:.3f}", f"{q.perplexity:.3f}", f"{run.ppl_delta_pct:+.2f}%"),
             ("reference", f"{100 * (q.greedy_agreement or 0):.0f}% of tokens", ""),
+            ("reference", "—" if q.top1_agreement is None  # runs saved before it existed
+             else f"{100 * q.top1_agreement:.0f}% of tokens", ""),
         ]
         for r, cells in enumerate(rows):
             for c, text in enumerate(cells):
@@ -737,9 +753,8 @@ class QuantizePage(Page):
         if run.within(budget):
             self.verdict_badge.set("WITHIN BUDGET", "ok")
             self.verdict.setText(f"Perplexity {run.ppl_delta_pct:+.2f}% vs float (budget "
-                                 f"{budget:g}%), {100 * (q.greedy_agreement or 0):.0f}% greedy "
-                                 f"agreement, weights {q.memory_bytes / max(f.memory_bytes, 1):.0%}"
-                                 " of float.")
+                                 f"{budget:g}%), agreement {_agreement(q)}, weights "
+                                 f"{q.memory_bytes / max(f.memory_bytes, 1):.0%} of float.")
         else:
             self.verdict_badge.set("OVER BUDGET", "bad")
             self.verdict.setText(f"Perplexity {run.ppl_delta_pct:+.2f}% vs float exceeds the "

@@ -110,6 +110,24 @@ def greedy_agreement(ref: list[list[int]], got: list[list[int]]) -> float:
     return same / total if total else 1.0
 
 
+@torch.inference_mode()
+def top1_agreement(model: Any, prompts: list[list[int]], ref: list[list[int]]) -> float:
+    """Teacher-forced top-1 agreement: fed the prompt and the reference's own greedy
+    continuation, the share of positions where the model's argmax is the reference's token.
+    Unlike greedy_agreement, one flipped near-tie does not drag the rest of a continuation
+    with it, so it measures how often the model disagrees rather than where it first did."""
+    same = total = 0
+    dev = _device(model)
+    for p, r in zip(prompts, ref):
+        if not r:
+            continue
+        ids = torch.tensor([list(p) + list(r[:-1])], device=dev)
+        pred = model(input_ids=ids, use_cache=False).logits[0, len(p) - 1:].argmax(-1)
+        same += sum(int(a) == b for a, b in zip(pred.tolist(), r))
+        total += len(r)
+    return same / total if total else 1.0
+
+
 def weight_bytes(model: Any) -> int:
     """Bytes of every parameter and buffer (int8 weights, scales, float parts), counted once
     even when tied; packed kernel copies are counted in place of released plain weights."""

@@ -54,6 +54,8 @@ class QuantLinear(nn.Module):
             self.bias = None
         self.float_dtype = dtype
         self._cache: dict = {}  # backend-specific packed weights, rebuilt on demand
+        # set by a CPU backend whose kernel needs no per-call dispatch (kernels/native.py)
+        self._fast_forward = None
         self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
 
     @classmethod
@@ -82,7 +84,13 @@ class QuantLinear(nn.Module):
             # model to another device type needs a reload)
             return super()._apply(fn, recurse)
         self._cache.clear()  # packed copies belong to the old device/dtype
+        self._fast_forward = None
         return _apply_keeping_fp32_scales(self, fn, recurse)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fast_forward"] = None  # a closure over this very module; rebuilt on first use
+        return state
 
     def release_plain_weight(self) -> None:
         """Free the plain int8 weight once a backend has its own packed copy (saves memory);
@@ -95,6 +103,9 @@ class QuantLinear(nn.Module):
             self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fast = self._fast_forward
+        if fast is not None and self.backend == "auto" and x.device.type == "cpu":
+            return fast(x)
         from engine.quant.kernels import backend_for
 
         lead = x.shape[:-1]

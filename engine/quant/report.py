@@ -32,7 +32,8 @@ class VariantRow:
     perplexity: float | None = None
     ppl_delta_pct: float | None = None
     kl: float | None = None
-    greedy_agreement: float | None = None
+    greedy_agreement: float | None = None  # free-running, position by position
+    top1_agreement: float | None = None  # teacher-forced on the float model's continuation
     ttft_ms: float | None = None
     tok_s_b1: float | None = None
     tok_s_b8: float | None = None
@@ -45,14 +46,15 @@ def to_markdown(rows: list[VariantRow], title: str = "Quantization report") -> s
 
     lines = [f"## {title}", "",
              ("| variant | method | disk MiB | weights MiB | peak RSS MiB | TTFT ms | tok/s b1 | "
-              "tok/s b8 | perplexity | Δ ppl % | KL | greedy agree |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "tok/s b8 | perplexity | Δ ppl % | KL | greedy agree | top-1 agree |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.name} | {r.method} | {r.disk_bytes / 2**20:.1f} | {r.weight_bytes / 2**20:.1f}"
             f" | {f(r.peak_rss_bytes and r.peak_rss_bytes / 2**20, '.0f')} | {f(r.ttft_ms, '.1f')}"
             f" | {f(r.tok_s_b1, '.1f')} | {f(r.tok_s_b8, '.1f')} | {f(r.perplexity, '.4f')}"
-            f" | {f(r.ppl_delta_pct, '+.2f')} | {f(r.kl, '.5f')} | {f(r.greedy_agreement, '.3f')} |")
+            f" | {f(r.ppl_delta_pct, '+.2f')} | {f(r.kl, '.5f')} | {f(r.greedy_agreement, '.3f')}"
+            f" | {f(r.top1_agreement, '.3f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -105,6 +107,7 @@ def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str
             row.kl = ev.kl_divergence(float_loaded.model, m, samples)
             row.greedy_agreement = ev.greedy_agreement(
                 ref_greedy, [ev.greedy_tokens(m, p, 32) for p in prompts])
+            row.top1_agreement = ev.top1_agreement(m, prompts, ref_greedy)
         rows.append(row)
     write_report(rows, out, {"data": data, "tokens": len(ids), "dtype": dtype})
     return rows

@@ -1,0 +1,315 @@
+/* INT8 matrix products for x86 CPUs with AVX2 + FMA, built on first use by native.py.
+ *
+ * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
+ * spends its time (a few rows times a large weight): aten._weight_int8pack_mm reads int8 at
+ * ~9 GB/s of the ~25 GB/s the memory gives, and fbgemm's u8 x s8 product saturates int16 pair
+ * sums, so the exact path must split activations into nibbles (two GEMMs' worth of work).
+ * These kernels read each weight row once per tile of up to four activation rows and keep
+ * the math exact:
+ *   - W8A16: int8 weight widened to fp32 in registers, fp32 FMA with fp32 activations;
+ *   - W8A8:  int8 x int8 widened to int16, vpmaddwd into int32 (no saturation possible:
+ *            each pair sum is at most 2 * 127 * 127), then one fp32 multiply by both scales.
+ * Threads: one OpenMP team over output-channel tiles. The library links libgomp.so.1 by its
+ * soname, so in a process that already loaded torch's copy it shares torch's runtime and the
+ * calling thread's team (no second pool of spinning workers).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define MR 4 /* activation rows per tile */
+#ifndef ROW_PF
+#define ROW_PF 512 /* bytes ahead in a streamed weight row */
+#endif
+#ifndef ROW_MAX_M
+#define ROW_MAX_M 4
+#endif
+#ifndef PF_TILES
+#define PF_TILES 1
+#endif
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Decode streams every weight once from DRAM. The tile's rows are read as nr interleaved
+ * streams that the hardware prefetchers follow poorly (8 GB/s measured of ~26), so each cache
+ * line of the next tile (the nr rows that follow) is requested while this one computes. */
+static inline __attribute__((always_inline)) void
+prefetch_next_tile(const int8_t *w, int64_t K, int64_t k, const int nr) {
+    for (int j = 0; j < nr; j++)
+        _mm_prefetch((const char *)(w + (PF_TILES * nr + j) * K + k), _MM_HINT_T0);
+}
+
+/* ---- W8A16: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] ------------------------------ */
+
+static inline __attribute__((always_inline)) void
+f32_tile(const float *x, int64_t ldx, const int8_t *w, int64_t K, const float *scale,
+         float *y, int64_t ldy, const int mr, const int nr) {
+    __m256 acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        __m256 wv[4];
+        for (int j = 0; j < nr; j++)
+            wv[j] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + j * K + k))));
+        for (int i = 0; i < mr; i++) {
+            __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float s = hsum_ps(acc[i][j]);
+            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * (float)w[j * K + t];
+            y[i * ldy + j] = s * scale[j];
+        }
+}
+
+/* Every (mr, nr) gets its own inlined copy with constant bounds, so that the accumulators
+ * live in registers. */
+#define CASES(F)                                                                          \
+    case 0x11: F(1, 1); break; case 0x12: F(1, 2); break; case 0x13: F(1, 3); break;      \
+    case 0x14: F(1, 4); break; case 0x21: F(2, 1); break; case 0x22: F(2, 2); break;      \
+    case 0x23: F(2, 3); break; case 0x24: F(2, 4); break; case 0x31: F(3, 1); break;      \
+    case 0x32: F(3, 2); break; case 0x33: F(3, 3); break; case 0x34: F(3, 4); break;      \
+    case 0x41: F(4, 1); break; case 0x42: F(4, 2); break; case 0x43: F(4, 3); break;      \
+    case 0x44: F(4, 4); break;
+
+#define F32_CASE(a, b) f32_tile(x, K, w, K, scale, y, N, a, b)
+
+static void f32_rows(const float *x, const int8_t *w, const float *scale, float *y, int mr,
+                     int nr, int64_t K, int64_t N) {
+    switch (mr * 16 + nr) { CASES(F32_CASE) }
+}
+
+/* Few activation rows: one weight row at a time, read front to back, so that each thread
+ * streams one contiguous range (the prefetchers' best case); u independent accumulators per
+ * activation row hide the FMA latency. */
+static inline __attribute__((always_inline)) void
+f32_row(const float *x, int64_t ldx, const int8_t *w, int64_t K, float scale, float *y,
+        int64_t ldy, const int mr, const int u) {
+    __m256 acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 * u <= K; k += 8 * u) {
+        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        __m256 wv[4];
+        for (int j = 0; j < u; j++)
+            wv[j] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k + 8 * j))));
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < u; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8 * j), wv[j],
+                                            acc[i][j]);
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k))));
+        for (int i = 0; i < mr; i++)
+            acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][0]);
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][j]);
+        float s = hsum_ps(acc[i][0]);
+        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * (float)w[t];
+        y[i * ldy] = s * scale;
+    }
+}
+
+static void f32_rows_one(const float *x, const int8_t *w, float scale, float *y, int mr,
+                         int64_t K, int64_t N) {
+    switch (mr) {
+    case 1: f32_row(x, K, w, K, scale, y, N, 1, 4); break;
+    case 2: f32_row(x, K, w, K, scale, y, N, 2, 4); break;
+    case 3: f32_row(x, K, w, K, scale, y, N, 3, 2); break;
+    default: f32_row(x, K, w, K, scale, y, N, 4, 2); break;
+    }
+}
+
+void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
+               int64_t N, int64_t K, int nthreads) {
+    if (M <= ROW_MAX_M) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t n = 0; n < N; n++) f32_rows_one(x, w + n * K, scale[n], y + n, (int)M, K, N);
+        return;
+    }
+    /* 4 x 2 or 2 x 4 tiles: 8 accumulators plus the widened weights fit 16 ymm registers */
+    const int nr = M <= 2 ? 4 : 2;
+    const int64_t tiles = (N + nr - 1) / nr;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t n0 = t * nr;
+        const int nn = (int)(N - n0 < nr ? N - n0 : nr);
+        for (int64_t m0 = 0; m0 < M; m0 += MR) {
+            const int mm = (int)(M - m0 < MR ? M - m0 : MR);
+            f32_rows(x + m0 * K, w + n0 * K, scale + n0, y + m0 * N + n0, mm, nn, K, N);
+        }
+    }
+}
+
+/* ---- W8A8: activations to int16 rows, then y[m, n] = sx[m] * sw[n] * sum_k q[m,k] w[n,k] -- */
+
+/* Symmetric int8 quantization of fp32 rows, as engine.quant.qmath does it: per-row scale
+ * max|x| / 127 (at least 1e-8) when per_token, else the given scale; round half to even
+ * (nearbyintf in the default rounding mode), clamp to +-127. Rows are stored as int16 with
+ * ldq >= K; the padding is zero. */
+void npc_quantize_rows(const float *x, int64_t M, int64_t K, int per_token, float static_scale,
+                       int16_t *q, int64_t ldq, float *sx) {
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * K;
+        float s = static_scale;
+        if (per_token) {
+            float amax = 0.0f;
+            for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+            s = amax / 127.0f;
+            if (s < 1e-8f) s = 1e-8f;
+        }
+        sx[m] = s;
+        int16_t *qr = q + m * ldq;
+        for (int64_t k = 0; k < K; k++) {
+            float v = nearbyintf(xr[k] / s);
+            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            qr[k] = (int16_t)v;
+        }
+        for (int64_t k = K; k < ldq; k++) qr[k] = 0;
+    }
+}
+
+static inline __attribute__((always_inline)) void
+i8_tile(const int16_t *q, int64_t ldq, const int8_t *w, int64_t K, const float *sx,
+        const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
+    __m256i acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        __m256i wv[4];
+        for (int j = 0; j < nr; j++)
+            wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + j * K + k)));
+        for (int i = 0; i < mr; i++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(q + i * ldq + k));
+            for (int j = 0; j < nr; j++)
+                acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(qv, wv[j]));
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            int32_t s = hsum_epi32(acc[i][j]);
+            for (int64_t t = k; t < K; t++) s += (int32_t)q[i * ldq + t] * (int32_t)w[j * K + t];
+            y[i * ldy + j] = (float)s * sx[i] * sw[j];
+        }
+}
+
+#define I8_CASE(a, b) i8_tile(q, ldq, w, K, sx, sw, y, N, a, b)
+
+static void i8_rows(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx,
+                    const float *sw, float *y, int mr, int nr, int64_t K, int64_t N) {
+    switch (mr * 16 + nr) { CASES(I8_CASE) }
+}
+
+static inline __attribute__((always_inline)) void
+i8_row(const int16_t *q, int64_t ldq, const int8_t *w, int64_t K, const float *sx, float sw,
+       float *y, int64_t ldy, const int mr, const int u) {
+    __m256i acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 16 * u <= K; k += 16 * u) {
+        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        __m256i wv[4];
+        for (int j = 0; j < u; j++)
+            wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k + 16 * j)));
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < u; j++)
+                acc[i][j] = _mm256_add_epi32(
+                    acc[i][j],
+                    _mm256_madd_epi16(
+                        _mm256_loadu_si256((const __m256i *)(q + i * ldq + k + 16 * j)), wv[j]));
+    }
+    for (; k + 16 <= K; k += 16) {
+        __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
+        for (int i = 0; i < mr; i++)
+            acc[i][0] = _mm256_add_epi32(
+                acc[i][0], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + i * ldq + k)), wv));
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_epi32(acc[i][0], acc[i][j]);
+        int32_t s = hsum_epi32(acc[i][0]);
+        for (int64_t t = k; t < K; t++) s += (int32_t)q[i * ldq + t] * (int32_t)w[t];
+        y[i * ldy] = (float)s * sx[i] * sw;
+    }
+}
+
+static void i8_rows_one(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx,
+                        float sw, float *y, int mr, int64_t K, int64_t N) {
+    switch (mr) {
+    case 1: i8_row(q, ldq, w, K, sx, sw, y, N, 1, 4); break;
+    case 2: i8_row(q, ldq, w, K, sx, sw, y, N, 2, 4); break;
+    case 3: i8_row(q, ldq, w, K, sx, sw, y, N, 3, 2); break;
+    default: i8_row(q, ldq, w, K, sx, sw, y, N, 4, 2); break;
+    }
+}
+
+void npc_w8a8(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx, const float *sw,
+              float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    if (M <= ROW_MAX_M) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t n = 0; n < N; n++)
+            i8_rows_one(q, ldq, w + n * K, sx, sw[n], y + n, (int)M, K, N);
+        return;
+    }
+    const int nr = 3;
+    const int64_t tiles = (N + nr - 1) / nr;
+    /* activation rows in blocks that stay in L2 while every weight tile streams past them */
+    int64_t mb = (256 * 1024) / (2 * ldq);
+    mb = mb < MR ? MR : mb - mb % MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t bm = M - b0 < mb ? M - b0 : mb;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t n0 = t * nr;
+            const int nn = (int)(N - n0 < nr ? N - n0 : nr);
+            for (int64_t m0 = b0; m0 < b0 + bm; m0 += MR) {
+                const int mm = (int)(b0 + bm - m0 < MR ? b0 + bm - m0 : MR);
+                i8_rows(q + m0 * ldq, ldq, w + n0 * K, sx + m0, sw + n0, y + m0 * N + n0,
+                        mm, nn, K, N);
+            }
+        }
+    }
+}
+
+/* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
+ * rows, then the integer product. Returns 0, or -1 when the scratch rows cannot be allocated. */
+int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t *w,
+                 const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    const int64_t ldq = (K + 15) / 16 * 16;
+    int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t) + 32);
+    float *sx = (float *)malloc((size_t)M * sizeof(float) + 32);
+    if (!q || !sx) {
+        free(q);
+        free(sx);
+        return -1;
+    }
+    npc_quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
+    npc_w8a8(q, ldq, w, sx, sw, y, M, N, K, nthreads);
+    free(q);
+    free(sx);
+    return 0;
+}

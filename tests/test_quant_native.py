@@ -1,0 +1,109 @@
+"""The native AVX2 int8 kernels (engine/quant/kernels/int8_cpu.c): built on first use, exact
+against integer math on awkward shapes, and an honest fallback when they cannot be built."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine.quant import qmath
+from engine.quant.kernels import native
+
+needs_native = pytest.mark.skipif(not native.available(),
+                                  reason=f"native kernels unavailable: {native.build().reason}")
+
+# rows x outputs x inputs: tails of every tile size (4 rows, 2-4 outputs, 8/16-wide K)
+SHAPES = [(1, 1, 1), (1, 5, 15), (2, 7, 16), (3, 130, 17), (4, 3, 100), (5, 64, 48),
+          (9, 33, 31), (70, 9, 300)]
+
+
+def _case(m, n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * 3
+    x[:, 0] *= 20  # an outlier channel
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    s = torch.rand(n, generator=g) + 0.01
+    return x, w, s
+
+
+@needs_native
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_w8a16_matches_float64(m, n, k):
+    x, w, s = _case(m, n, k)
+    y = native.w8a16(x, w, s)
+    ref = (x.double() @ w.double().t()) * s.double()
+    assert y.dtype == torch.float32 and y.shape == (m, n)
+    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
+@needs_native
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("static", [None, 0.05])
+def test_w8a8_is_exact_integer_math(m, n, k, static):
+    x, w, s = _case(m, n, k)
+    y = native.w8a8(x, w, s, static)
+    sx = qmath.per_token_scale(x) if static is None else torch.tensor(static)
+    xq = qmath.quantize_act(x, sx)  # the same rounding and saturation as the kernel
+    acc = (xq.double() @ w.double().t())  # int32 accumulators, exactly
+    got = y.double() / (sx.double().reshape(-1, 1) * s.double())
+    assert torch.allclose(got, acc, rtol=1e-6, atol=1e-3)
+
+
+@needs_native
+def test_thread_count_does_not_change_results():
+    x, w, s = _case(9, 130, 300)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = (native.w8a16(x, w, s), native.w8a8(x, w, s, None))
+        torch.set_num_threads(2)
+        two = (native.w8a16(x, w, s), native.w8a8(x, w, s, None))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+
+
+@needs_native
+def test_shares_torchs_openmp_runtime():
+    # a second libgomp would bring a second pool of spinning workers onto the same cores
+    code = ("import torch; from engine.quant.kernels import native; assert native.available();"
+            "import re; maps = open('/proc/self/maps').read();"
+            "print(sorted(set(re.findall(r'\\S*libgomp\\S*', maps))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.count("libgomp") == 1, out
+
+
+def test_build_is_cached_and_explains_why_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert native.build() == native.BuildInfo(None, f"disabled by {native.ENV_SWITCH}")
+    monkeypatch.delenv(native.ENV_SWITCH)
+    if native._unavailable_reason(native._cpu_flags()):
+        pytest.skip("not an AVX2 x86-64 CPU")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert native.build().reason == "no C compiler (install gcc)"
+    assert not any(tmp_path.rglob("*.so"))
+    monkeypatch.delenv("CC")
+    first = native.build()
+    if first.path is None:
+        pytest.skip(first.reason)
+    assert first.reason == "built" and first.path.parent == tmp_path / "kernels"
+    assert native.build() == native.BuildInfo(first.path, "cached")
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temp left
+
+
+def test_a_failing_compiler_leaves_nothing_behind(tmp_path, monkeypatch):
+    if native._unavailable_reason(native._cpu_flags()):
+        pytest.skip("not an AVX2 x86-64 CPU")
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'error: broken toolchain' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
+    info = native.build()
+    assert info.path is None and info.reason == "compiler failed: error: broken toolchain"
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
