@@ -92,6 +92,8 @@ class CpuBackend:
         if cached is not None:
             return cached
         if use_native:
+            if not mod.weight.is_contiguous():  # the kernels walk plain row-major rows
+                mod.weight = mod.weight.contiguous()
             static = mod.input_scale.item() if mod.method == "w8a8-static" else None
             scale = mod.weight_scale.float().contiguous()
             cached = ("native", scale, static)

@@ -1,11 +1,11 @@
 /* INT8 matrix products for x86 CPUs with AVX2 + FMA, built on first use by native.py.
  *
  * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
- * spends its time (a few rows times a large weight): aten._weight_int8pack_mm reads int8 at
- * ~9 GB/s of the ~25 GB/s the memory gives, and fbgemm's u8 x s8 product saturates int16 pair
- * sums, so the exact path must split activations into nibbles (two GEMMs' worth of work).
- * These kernels read each weight row once per tile of up to four activation rows and keep
- * the math exact:
+ * spends its time (a few rows times a large weight): aten._weight_int8pack_mm streams int8
+ * weights at ~10 GB/s where a GEMV gets ~16 here, and fbgemm's u8 x s8 product saturates int16
+ * pair sums, so its exact use must split activations into nibbles (two GEMMs' worth of work).
+ * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16 and npc_w8a8_f32;
+ * both keep the math exact:
  *   - W8A16: int8 weight widened to fp32 in registers, fp32 FMA with fp32 activations;
  *   - W8A8:  int8 x int8 widened to int16, vpmaddwd into int32 (no saturation possible:
  *            each pair sum is at most 2 * 127 * 127), then one fp32 multiply by both scales.
@@ -18,16 +18,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define MR 4 /* activation rows per tile */
-#ifndef ROW_PF
-#define ROW_PF 512 /* bytes ahead in a streamed weight row */
-#endif
-#ifndef ROW_MAX_M
-#define ROW_MAX_M 4
-#endif
-#ifndef PF_TILES
-#define PF_TILES 1
-#endif
+#define MR 4        /* activation rows per register tile */
+#define ROW_MAX_M 4 /* up to this many rows: stream one weight row at a time (decode) */
+#define ROW_PF 512  /* software prefetch distance in a streamed weight row, bytes */
+#define PF_TILES 1  /* tiled path: prefetch the tile this many tiles ahead */
 
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -146,19 +140,26 @@ void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, in
                int64_t N, int64_t K, int nthreads) {
     if (M <= ROW_MAX_M) {
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t n = 0; n < N; n++) f32_rows_one(x, w + n * K, scale[n], y + n, (int)M, K, N);
+        for (int64_t n = 0; n < N; n++)
+            f32_rows_one(x, w + n * K, scale[n], y + n, (int)M, K, N);
         return;
     }
-    /* 4 x 2 or 2 x 4 tiles: 8 accumulators plus the widened weights fit 16 ymm registers */
-    const int nr = M <= 2 ? 4 : 2;
+    /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers; the
+     * activation rows go in blocks that stay in L2 while every weight tile streams past */
+    const int nr = 2;
     const int64_t tiles = (N + nr - 1) / nr;
+    int64_t mb = (256 * 1024) / (4 * K);
+    mb = mb < MR ? MR : mb - mb % MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t bm = M - b0 < mb ? M - b0 : mb;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-    for (int64_t t = 0; t < tiles; t++) {
-        const int64_t n0 = t * nr;
-        const int nn = (int)(N - n0 < nr ? N - n0 : nr);
-        for (int64_t m0 = 0; m0 < M; m0 += MR) {
-            const int mm = (int)(M - m0 < MR ? M - m0 : MR);
-            f32_rows(x + m0 * K, w + n0 * K, scale + n0, y + m0 * N + n0, mm, nn, K, N);
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t n0 = t * nr;
+            const int nn = (int)(N - n0 < nr ? N - n0 : nr);
+            for (int64_t m0 = b0; m0 < b0 + bm; m0 += MR) {
+                const int mm = (int)(b0 + bm - m0 < MR ? b0 + bm - m0 : MR);
+                f32_rows(x + m0 * K, w + n0 * K, scale + n0, y + m0 * N + n0, mm, nn, K, N);
+            }
         }
     }
 }
@@ -169,8 +170,8 @@ void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, in
  * max|x| / 127 (at least 1e-8) when per_token, else the given scale; round half to even
  * (nearbyintf in the default rounding mode), clamp to +-127. Rows are stored as int16 with
  * ldq >= K; the padding is zero. */
-void npc_quantize_rows(const float *x, int64_t M, int64_t K, int per_token, float static_scale,
-                       int16_t *q, int64_t ldq, float *sx) {
+static void quantize_rows(const float *x, int64_t M, int64_t K, int per_token,
+                          float static_scale, int16_t *q, int64_t ldq, float *sx) {
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
         float s = static_scale;
@@ -247,7 +248,8 @@ i8_row(const int16_t *q, int64_t ldq, const int8_t *w, int64_t K, const float *s
         __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
         for (int i = 0; i < mr; i++)
             acc[i][0] = _mm256_add_epi32(
-                acc[i][0], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + i * ldq + k)), wv));
+                acc[i][0],
+                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + i * ldq + k)), wv));
     }
     for (int i = 0; i < mr; i++) {
         for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_epi32(acc[i][0], acc[i][j]);
@@ -267,14 +269,15 @@ static void i8_rows_one(const int16_t *q, int64_t ldq, const int8_t *w, const fl
     }
 }
 
-void npc_w8a8(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx, const float *sw,
-              float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+static void w8a8_int(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx,
+                     const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
     if (M <= ROW_MAX_M) {
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
         for (int64_t n = 0; n < N; n++)
             i8_rows_one(q, ldq, w + n * K, sx, sw[n], y + n, (int)M, K, N);
         return;
     }
+    /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
     const int nr = 3;
     const int64_t tiles = (N + nr - 1) / nr;
     /* activation rows in blocks that stay in L2 while every weight tile streams past them */
@@ -300,15 +303,15 @@ void npc_w8a8(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx, c
 int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t *w,
                  const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
     const int64_t ldq = (K + 15) / 16 * 16;
-    int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t) + 32);
-    float *sx = (float *)malloc((size_t)M * sizeof(float) + 32);
+    int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
+    float *sx = (float *)malloc((size_t)M * sizeof(float));
     if (!q || !sx) {
         free(q);
         free(sx);
         return -1;
     }
-    npc_quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
-    npc_w8a8(q, ldq, w, sx, sw, y, M, N, K, nthreads);
+    quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
+    w8a8_int(q, ldq, w, sx, sw, y, M, N, K, nthreads);
     free(q);
     free(sx);
     return 0;

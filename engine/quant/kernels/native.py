@@ -118,10 +118,6 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.npc_w8a16.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16.restype = None
-    lib.npc_quantize_rows.argtypes = [_P, _I64, _I64, _INT, ctypes.c_float, _P, _I64, _P]
-    lib.npc_quantize_rows.restype = None
-    lib.npc_w8a8.argtypes = [_P, _I64, _P, _P, _P, _P, _I64, _I64, _I64, _INT]
-    lib.npc_w8a8.restype = None
     lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a8_f32.restype = _INT
     return lib
@@ -152,16 +148,12 @@ def w8a8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
     x = x.contiguous()
     m, k = x.shape
     n = w.shape[0]
-    ldq = (k + 15) // 16 * 16
-    q = torch.empty(m, ldq, dtype=torch.int16)
-    sx = torch.empty(m, dtype=torch.float32)
-    per_token = static_scale is None
-    lib.npc_quantize_rows(x.data_ptr(), m, k, int(per_token),
-                          0.0 if per_token else float(static_scale), q.data_ptr(), ldq,
-                          sx.data_ptr())
     y = torch.empty(m, n, dtype=torch.float32)
-    lib.npc_w8a8(q.data_ptr(), ldq, w.data_ptr(), sx.data_ptr(), w_scale.data_ptr(),
-                 y.data_ptr(), m, n, k, torch.get_num_threads())
+    per_token = static_scale is None
+    if lib.npc_w8a8_f32(x.data_ptr(), int(per_token), 0.0 if per_token else float(static_scale),
+                        w.data_ptr(), w_scale.data_ptr(), y.data_ptr(), m, n, k,
+                        torch.get_num_threads()):
+        raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
     return y
 
 
