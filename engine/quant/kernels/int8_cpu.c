@@ -15,6 +15,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -136,32 +137,66 @@ static void f32_rows_one(const float *x, const int8_t *w, float scale, float *y,
     }
 }
 
-void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
-               int64_t N, int64_t K, int nthreads) {
+/* ---- Scheduling shared by both products ------------------------------------------------ */
+
+/* One product's operands: fp32 rows x (W8A16) or int16 rows q (W8A8), ldx apart. */
+typedef struct {
+    const float *x;
+    const int16_t *q;
+    int64_t ldx;
+    const int8_t *w;
+    const float *sx, *sw;
+    float *y;
+    int64_t M, N, K;
+} gemm_t;
+
+typedef void (*stream_fn)(const gemm_t *g, int64_t n0, int64_t n1);
+typedef void (*tile_fn)(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn);
+
+/* Up to ROW_MAX_M rows (decode): every thread streams one contiguous range of weight rows.
+ * More rows: nr-wide tiles, with the activation rows in blocks that stay in L2 while every
+ * weight tile streams past them. */
+static void run(const gemm_t *g, stream_fn stream, tile_fn tile, int nr, int64_t row_bytes,
+                int nthreads) {
+    const int64_t M = g->M, N = g->N;
     if (M <= ROW_MAX_M) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t n = 0; n < N; n++)
-            f32_rows_one(x, w + n * K, scale[n], y + n, (int)M, K, N);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+        {
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            stream(g, N * t / nt, N * (t + 1) / nt);
+        }
         return;
     }
-    /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers; the
-     * activation rows go in blocks that stay in L2 while every weight tile streams past */
-    const int nr = 2;
     const int64_t tiles = (N + nr - 1) / nr;
-    int64_t mb = (256 * 1024) / (4 * K);
+    int64_t mb = (256 * 1024) / row_bytes;
     mb = mb < MR ? MR : mb - mb % MR;
     for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t bm = M - b0 < mb ? M - b0 : mb;
+        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
         for (int64_t t = 0; t < tiles; t++) {
             const int64_t n0 = t * nr;
             const int nn = (int)(N - n0 < nr ? N - n0 : nr);
-            for (int64_t m0 = b0; m0 < b0 + bm; m0 += MR) {
-                const int mm = (int)(b0 + bm - m0 < MR ? b0 + bm - m0 : MR);
-                f32_rows(x + m0 * K, w + n0 * K, scale + n0, y + m0 * N + n0, mm, nn, K, N);
-            }
+            for (int64_t m0 = b0; m0 < b1; m0 += MR)
+                tile(g, m0, (int)(b1 - m0 < MR ? b1 - m0 : MR), n0, nn);
         }
     }
+}
+
+static void f32_stream(const gemm_t *g, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++)
+        f32_rows_one(g->x, g->w + n * g->K, g->sw[n], g->y + n, (int)g->M, g->K, g->N);
+}
+
+static void f32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    f32_rows(g->x + m0 * g->ldx, g->w + n0 * g->K, g->sw + n0, g->y + m0 * g->N + n0, mm, nn,
+             g->K, g->N);
+}
+
+void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
+               int64_t N, int64_t K, int nthreads) {
+    /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers */
+    const gemm_t g = {x, NULL, K, w, NULL, scale, y, M, N, K};
+    run(&g, f32_stream, f32_tile_at, 2, 4 * K, nthreads);
 }
 
 /* ---- W8A8: activations to int16 rows, then y[m, n] = sx[m] * sw[n] * sum_k q[m,k] w[n,k] -- */
@@ -269,33 +304,15 @@ static void i8_rows_one(const int16_t *q, int64_t ldq, const int8_t *w, const fl
     }
 }
 
-static void w8a8_int(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx,
-                     const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
-    if (M <= ROW_MAX_M) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t n = 0; n < N; n++)
-            i8_rows_one(q, ldq, w + n * K, sx, sw[n], y + n, (int)M, K, N);
-        return;
-    }
-    /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
-    const int nr = 3;
-    const int64_t tiles = (N + nr - 1) / nr;
-    /* activation rows in blocks that stay in L2 while every weight tile streams past them */
-    int64_t mb = (256 * 1024) / (2 * ldq);
-    mb = mb < MR ? MR : mb - mb % MR;
-    for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t bm = M - b0 < mb ? M - b0 : mb;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t t = 0; t < tiles; t++) {
-            const int64_t n0 = t * nr;
-            const int nn = (int)(N - n0 < nr ? N - n0 : nr);
-            for (int64_t m0 = b0; m0 < b0 + bm; m0 += MR) {
-                const int mm = (int)(b0 + bm - m0 < MR ? b0 + bm - m0 : MR);
-                i8_rows(q + m0 * ldq, ldq, w + n0 * K, sx + m0, sw + n0, y + m0 * N + n0,
-                        mm, nn, K, N);
-            }
-        }
-    }
+static void i8_stream(const gemm_t *g, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++)
+        i8_rows_one(g->q, g->ldx, g->w + n * g->K, g->sx, g->sw[n], g->y + n, (int)g->M, g->K,
+                    g->N);
+}
+
+static void i8_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    i8_rows(g->q + m0 * g->ldx, g->ldx, g->w + n0 * g->K, g->sx + m0, g->sw + n0,
+            g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
 }
 
 /* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
@@ -311,7 +328,9 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
         return -1;
     }
     quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
-    w8a8_int(q, ldq, w, sx, sw, y, M, N, K, nthreads);
+    /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
+    const gemm_t g = {NULL, q, ldq, w, sx, sw, y, M, N, K};
+    run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
     free(q);
     free(sx);
     return 0;
