@@ -169,7 +169,7 @@ def check_int8_kernels() -> Check:
     info = native.build()
     if info.path is not None:
         return Check("cpu int8 kernels", "ok", f"native AVX2 kernels ({info.reason}: {info.path})")
-    fix = ("install a C compiler (apt-get install gcc libc6-dev) for ~2x faster INT8 decode"
+    fix = ("install a C compiler (apt-get install gcc libc6-dev) for 1.4-1.8x faster INT8 decode"
            if "compiler" in info.reason else None)
     return Check("cpu int8 kernels", "warn" if fix else "info",
                  f"PyTorch's own ({info.reason})", fix)

@@ -34,8 +34,10 @@ def test_doctor_json_says_there_is_no_npu_and_why():
     assert names["device cpu"]["status"] == "ok"
     kern = names["cpu int8 kernels"]
     from engine.quant.kernels import native
-    assert kern["status"] == ("ok" if native.available() else kern["status"])
-    assert ("native AVX2" in kern["detail"]) == native.available()
+    if native.available():
+        assert kern["status"] == "ok" and "native AVX2" in kern["detail"]
+    else:  # says which kernels run instead, and why
+        assert kern["status"] in ("warn", "info") and "PyTorch's own" in kern["detail"]
     assert res.returncode == (1 if not data["ok"] else 0)
 
 

@@ -1,10 +1,10 @@
 """CPU kernels, chosen by measurement (docs/benchmarks.md, "Quantization"):
 
 * Native AVX2 kernels (int8_cpu.c via native.py), when they build: W8A16 always (fp32
-  activations, exact; 1.6x faster than `_weight_int8pack_mm` at decode sizes and faster at every
-  size measured), and W8A8 on CPUs whose fbgemm saturates (no VNNI, below), where they are 4x
-  faster than the nibble split at one row and within 20 % of it at 256 rows. They read the plain
-  int8 weight, so W8A8 then keeps no fbgemm copy. Otherwise:
+  activations, exact; 1.4-1.7x faster than `_weight_int8pack_mm` at every size measured), and
+  W8A8 on CPUs whose fbgemm saturates (no VNNI, below), where they are 2.7x faster than the
+  nibble split at one row and 4-30 % behind it at 64-256 rows. They read the plain int8 weight,
+  so W8A8 then keeps no fbgemm copy. Otherwise:
 * W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales). Its
   fp32-activation variant is ~10x slower than an fp32 GEMM, so fp32 models run this layer with
   bf16 activations (rounding well below the int8 weight error). It needs K % 8 == 0 (it crashes
