@@ -408,3 +408,34 @@ def test_metrics_include_device_telemetry_when_a_poller_is_given(engine, npu_smi
     assert "machine_npu_nums 4.0" in text and 'npu_console_telemetry_up{source="replay' in text
     assert metric_value(text, "npu_console:engine_ready") == 1.0
     assert metric_value(text, "npu_console:num_requests_running") is not None
+
+
+def test_first_token_is_its_own_group_even_when_the_rest_already_waits(engine):
+    """The worst case of a fast model: every event is buffered before the stream looks. The
+    first text token still comes alone, then everything else at once (no tick waited)."""
+    import asyncio
+    import time
+
+    from engine.api.batch import Batch
+    from engine.runtime.types import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+
+    handle = engine.submit(GenerationRequest(prompt=STORY_PROMPT, params=SamplingParams(
+        max_tokens=12, temperature=0.0, ignore_eos=True)))
+    deadline = time.monotonic() + 60
+    while not handle.done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert handle.done
+    batch = Batch(ctx=None, requests=[], n=1)
+    batch.handles = [handle]
+
+    async def groups():
+        return [g async for g in batch.event_groups(min_interval=10.0)]  # a tick would hang
+
+    got = asyncio.run(asyncio.wait_for(groups(), timeout=5))
+    assert len(got) == 2
+    first = [ev for _, ev in got[0] if isinstance(ev, TokenEvent) and ev.text]
+    assert len(first) == 1 and got[0][-1][1] is first[0]
+    rest = [ev for _, ev in got[1]]
+    assert isinstance(rest[-1], FinishEvent) and rest[-1].usage.completion_tokens == 12
+    tokens = [ev for _, ev in got[0] + got[1] if isinstance(ev, TokenEvent)]
+    assert sum(len(ev.token_ids) for ev in tokens) == 12  # nothing lost in the split

@@ -110,16 +110,29 @@ class Batch:
                     if recent(last) and not any(isinstance(ev, FinishEvent) for _, ev in group):
                         await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
                         group += take_rest()
+                if last is None:
+                    # the first token goes out alone even when the next ones were already
+                    # waiting (a fast model outruns the loop's wake-up): the first chunk is the
+                    # first token, and its time is the TTFT a client measures
+                    k = next((n for n, (_, ev) in enumerate(group)
+                              if isinstance(ev, TokenEvent) and ev.text), len(group))
+                    if k + 1 < len(group):
+                        yield self._account(group[:k + 1])
+                        group = group[k + 1:]
                 last = loop.time()
-                for i, ev in group:
-                    if isinstance(ev, BaseException):
-                        raise ev
-                    if isinstance(ev, FinishEvent):
-                        self.finished.add(i)
-                yield group
+                yield self._account(group)
         finally:
             for t in tasks:
                 t.cancel()
+
+    def _account(self, group: list) -> list:
+        """Raise what a handle raised; note which choices finished."""
+        for i, ev in group:
+            if isinstance(ev, BaseException):
+                raise ev
+            if isinstance(ev, FinishEvent):
+                self.finished.add(i)
+        return group
 
     def _pump_all(self):
         queue: asyncio.Queue = asyncio.Queue()
