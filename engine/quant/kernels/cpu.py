@@ -75,7 +75,7 @@ class CpuBackend:
 
     def native_for(self, mod) -> bool:
         """Whether mod runs on the native kernels (see the module docstring)."""
-        if mod.group_size or (self._use_native is False):
+        if mod.group_size or self._use_native is False:
             return False
         if not native.available():
             return False
@@ -97,7 +97,6 @@ class CpuBackend:
             static = mod.input_scale.item() if mod.method == "w8a8-static" else None
             scale = mod.weight_scale.float().contiguous()
             cached = ("native", scale, static)
-            mod._fast_forward = native.layer_forward(mod, scale, static)
         elif mod.method == "w8a16":
             if mod.group_size:
                 cached = (None, None)
@@ -121,9 +120,8 @@ class CpuBackend:
         if x.shape[0] == 0:  # oneDNN does not accept empty inputs
             return x.new_zeros(0, mod.out_features)
         prepared = self.prepare(mod)
-        if isinstance(prepared[0], str):  # native; later calls go straight to _fast_forward
-            if mod._fast_forward is None:  # dropped by a copy (see QuantLinear.__getstate__)
-                mod._fast_forward = native.layer_forward(mod, prepared[1], prepared[2])
+        if isinstance(prepared[0], str):  # native: bound once, later calls skip this dispatch
+            mod._fast_forward = native.layer_forward(mod, prepared[1], prepared[2])
             return mod._fast_forward(x)
         if mod.method == "w8a16":
             y = self._w8a16(mod, x)
