@@ -162,16 +162,18 @@ def check_devices() -> list[Check]:
     return out
 
 
-def check_int8_kernels() -> Check:
-    """Which CPU int8 kernels quantized models will use; builds the native ones if needed."""
+def check_cpu_kernels() -> Check:
+    """Which CPU kernels decode steps use (fp32 and INT8 products); builds the native ones if
+    needed."""
     from engine.quant.kernels import native
 
     info = native.build()
     if info.path is not None:
-        return Check("cpu int8 kernels", "ok", f"native AVX2 kernels ({info.reason}: {info.path})")
-    fix = ("install a C compiler (apt-get install gcc libc6-dev) for 1.4-1.8x faster INT8 decode"
+        return Check("cpu kernels", "ok",
+                     f"native AVX2 kernels for fp32 and INT8 decode ({info.reason}: {info.path})")
+    fix = ("install a C compiler (apt-get install gcc libc6-dev) for faster fp32 and INT8 decode"
            if "compiler" in info.reason else None)
-    return Check("cpu int8 kernels", "warn" if fix else "info",
+    return Check("cpu kernels", "warn" if fix else "info",
                  f"PyTorch's own ({info.reason})", fix)
 
 
@@ -220,7 +222,7 @@ def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
     checks.append(check_npu_smi(npu_smi))
     checks.append(check_nvidia())
     checks += check_devices()
-    checks.append(check_int8_kernels())
+    checks.append(check_cpu_kernels())
     checks.append(check_env())
     checks.append(check_disk(state_dir()))
     checks.append(check_demo_model())

@@ -143,3 +143,94 @@ def test_batched_decode_in_any_slot_order_equals_decoding_alone():
             together = runner.execute([ScheduledSeq(s, len(s.ids) - 1, 1) for s in seqs],
                                       len(seqs))
         assert torch.allclose(together, alone, atol=1e-5), slots
+
+
+# wide enough that every product but k/v (128 x 256) qualifies for the native fp32 kernel
+WIDE = {"hidden_size": 256, "intermediate_size": 512}
+
+
+def _wide(family):
+    """A WIDE tiny model whose biases (Qwen2's q/k/v) are not the zeros HF initialises."""
+    loaded = tiny(family, **WIDE)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for m in loaded.model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.5)
+    return loaded
+
+
+def _needs_native():
+    from engine.quant.kernels import native
+
+    if not native.available():
+        pytest.skip(f"native kernels unavailable: {native.build().reason}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_native_decode_products_keep_greedy_tokens(family):
+    """fp32 decode products on the native kernel (engine.runtime.cpu_linear), 12 sequences
+    decoding together next to chunked prefills: same greedy tokens as generate, and the model
+    itself is left as transformers built it."""
+    _needs_native()
+    loaded = _wide(family)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(5, 295, (n,), generator=g).tolist()
+               for n in (1, 2, 3, 5, 8, 13, 21, 34, 40, 6, 9, 17)]
+    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=48))
+    try:
+        info = eng.add_model(loaded).result(60)
+        hs = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
+            max_tokens=24, temperature=0, ignore_eos=True))) for p in prompts]
+        res = [h.result(60) for h in hs]
+    finally:
+        eng.shutdown()
+    assert info.linear_kernels == "native"
+    model = loaded.model
+    assert model.lm_head.weight.is_contiguous()  # kept as nn.Linear stores it
+    assert not any("forward" in vars(m) for m in model.modules())
+    for p, r in zip(prompts, res):
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([p]), max_new_tokens=24, min_new_tokens=24,
+                                 do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert list(r.token_ids) == out[0, len(p):].tolist()
+
+
+def test_native_and_torch_products_give_the_same_logits():
+    """One mixed step (decodes of several lengths + a prefill chunk) through both kernels."""
+    _needs_native()
+    from engine.runtime.runner import BatchedRunner
+    from engine.runtime.scheduler import ScheduledSeq
+
+    model = _wide("qwen2").model
+    runners = {k: BatchedRunner(model, num_slots=8, max_len=128, linear_kernels=k)
+               for k in ("auto", "torch")}
+    assert runners["auto"].linear_kernels == "native"
+    assert runners["torch"].linear_kernels == "torch"
+    g = torch.Generator().manual_seed(5)
+    ids = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (4, 11, 30, 2, 7, 19)]
+    out = {}
+    for kind, runner in runners.items():
+        seqs = [_Seq(t, slot) for slot, t in enumerate(ids)]
+        with torch.inference_mode():
+            for s in seqs[:5]:  # prefill five, then decode them beside the sixth's prefill
+                runner.execute([ScheduledSeq(s, 0, len(s.ids) - 1)], 0)
+            out[kind] = runner.execute(
+                [ScheduledSeq(s, len(s.ids) - 1, 1) for s in seqs[:5]]
+                + [ScheduledSeq(seqs[5], 0, len(seqs[5].ids))], 5)
+    assert out["auto"].shape == (6, 300)
+    assert torch.allclose(out["auto"], out["torch"], rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_native_library_the_runner_keeps_torch(monkeypatch):
+    from engine.runtime import cpu_linear
+    from engine.runtime.runner import BatchedRunner
+
+    monkeypatch.setattr(cpu_linear, "native_f32_available", lambda: False)
+    model = tiny("qwen2", **WIDE).model
+    assert BatchedRunner(model, num_slots=2, max_len=64).linear_kernels == "torch"
+    bf16 = tiny("llama", **WIDE).model.to(torch.bfloat16)
+    monkeypatch.undo()
+    # bf16 weights are not the fp32 kernel's: the runner says so instead of half-applying it
+    assert BatchedRunner(bf16, num_slots=2, max_len=64).linear_kernels == "torch"

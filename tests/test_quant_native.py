@@ -1,5 +1,5 @@
-"""The native AVX2 int8 kernels (engine/quant/kernels/int8_cpu.c): built on first use, exact
-against integer math on awkward shapes, and an honest fallback when they cannot be built."""
+"""The native AVX2 kernels (engine/quant/kernels/cpu_gemm.c): built on first use, exact against
+integer / float64 math on awkward shapes, and an honest fallback when they cannot be built."""
 
 from __future__ import annotations
 
@@ -53,17 +53,33 @@ def test_w8a8_is_exact_integer_math(m, n, k, static):
 
 
 @needs_native
+@pytest.mark.parametrize("m,n,k", SHAPES + [(16, 67, 1000)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_f32_matches_float64(m, n, k, bias):
+    x, w8, _ = _case(m, n, k)
+    w = w8.float() / 127
+    b = torch.randn(n) if bias else None
+    y = native.f32(x, w, b)
+    ref = x.double() @ w.double().t() + (b.double() if bias else 0)
+    assert y.dtype == torch.float32 and y.shape == (m, n)
+    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
+@needs_native
 def test_thread_count_does_not_change_results():
     x, w, s = _case(9, 130, 300)
+    wf = w.float()
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = (native.w8a16(x, w, s), native.w8a8(x, w, s, None))
+        one = (native.w8a16(x, w, s), native.w8a8(x, w, s, None), native.f32(x, wf),
+               native.f32(x[:3], wf))
         torch.set_num_threads(2)
-        two = (native.w8a16(x, w, s), native.w8a8(x, w, s, None))
+        two = (native.w8a16(x, w, s), native.w8a8(x, w, s, None), native.f32(x, wf),
+               native.f32(x[:3], wf))
     finally:
         torch.set_num_threads(threads)
-    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
 
 
 @needs_native

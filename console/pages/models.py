@@ -344,7 +344,10 @@ class ModelsPage(Page):
                       f"{m.num_parameters / 1e6:,.2f} M", fmt_bytes(m.weight_bytes),
                       fmt_bytes(m.kv_bytes))
             for col, v in enumerate(values):
-                self.table.setItem(row, col, QTableWidgetItem(v))
+                item = QTableWidgetItem(v)
+                item.setToolTip(f"{m.path_kind} runner; float decode products on "
+                                f"{'the native AVX2 kernel' if m.linear_kernels == 'native' else 'PyTorch'}")
+                self.table.setItem(row, col, item)
         self.empty_loaded.setVisible(not models)
 
     def unload_selected(self) -> None:

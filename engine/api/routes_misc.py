@@ -27,6 +27,7 @@ def model_card(m: ModelInfo) -> dict:
         "max_model_len": m.max_context,
         "num_parameters": m.num_parameters,
         "path_kind": m.path_kind,
+        "linear_kernels": m.linear_kernels,
     }
 
 

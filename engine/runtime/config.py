@@ -18,6 +18,9 @@ class EngineConfig:
     max_model_len: int | None = None
     max_context_cap: int = 2048
     kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or a torch dtype name
+    # fp32 products of decode batches on CPU: "auto" (the native kernel when it builds,
+    # engine.runtime.cpu_linear) or "torch" (always PyTorch's BLAS)
+    linear_kernels: str = "auto"
     prefix_caching: bool = True
     min_prefix_tokens: int = 4  # shorter shared prefixes are not worth a copy
     num_threads: int | None = None  # torch intra-op threads; None = see resolve_threads

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.runtime import cpu_linear
 from engine.runtime.kv_cache import KVCache
 from engine.runtime.scheduler import ScheduledSeq
 from engine.runtime.sequence import Sequence
@@ -101,12 +102,26 @@ class BatchedRunner:
     path_kind = "batched"
 
     def __init__(self, model: Any, num_slots: int, max_len: int, kv_dtype: str = "auto",
-                 head_layout: str = "auto"):
+                 head_layout: str = "auto", linear_kernels: str = "auto"):
         self.model = model
-        self.transposed_head = use_transposed_head(model, head_layout)
         cfg = model.config
         self.inner = model.model
         self.layers = list(self.inner.layers)
+        # fp32 products of decode-sized batches on the native kernel (engine.runtime.cpu_linear);
+        # it reads nn.Linear's own layout, so a big head stays as it is
+        native = linear_kernels != "torch" and cpu_linear.native_f32_available()
+        self.linear_kernels = "torch"
+        if native and any(cpu_linear.applies(m) for m in self._linears()):
+            self.linear_kernels = "native"
+            head_layout = "nt" if head_layout == "auto" else head_layout
+        self.transposed_head = use_transposed_head(model, head_layout)
+        on = self.linear_kernels == "native"
+        self._calls = [
+            (cpu_linear.linear_fn(l.self_attn.q_proj, on), cpu_linear.linear_fn(l.self_attn.k_proj, on),
+             cpu_linear.linear_fn(l.self_attn.v_proj, on), cpu_linear.linear_fn(l.self_attn.o_proj, on),
+             cpu_linear.mlp_fn(l.mlp, on))
+            for l in self.layers]
+        self._head = cpu_linear.linear_fn(model.lm_head, on and not self.transposed_head)
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
@@ -122,6 +137,13 @@ class BatchedRunner:
                           resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
         # test-only fault injection: called with each scheduled Sequence while inputs are built
         self.fault_hook: Callable[[Sequence], None] | None = None
+
+    def _linears(self):
+        for layer in self.layers:
+            a = layer.self_attn
+            yield from (a.q_proj, a.k_proj, a.v_proj, a.o_proj)
+            yield from (getattr(layer.mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj"))
+        yield getattr(self.model, "lm_head", None)
 
     @property
     def kv_bytes(self) -> int:
@@ -206,10 +228,11 @@ class BatchedRunner:
         kdt = kc.dtype
         for li, layer in enumerate(self.layers):
             attn = layer.self_attn
+            q_proj, k_proj, v_proj, o_proj, mlp = self._calls[li]
             x = layer.input_layernorm(h)
-            q = attn.q_proj(x).view(n_tok, nh, hd)
-            k = attn.k_proj(x).view(n_tok, kvh, hd)
-            v = attn.v_proj(x).view(n_tok, kvh, hd)
+            q = q_proj(x).view(n_tok, nh, hd)
+            k = k_proj(x).view(n_tok, kvh, hd)
+            v = v_proj(x).view(n_tok, kvh, hd)
             if self.has_qk_norm:
                 q = attn.q_norm(q)
                 k = attn.k_norm(k)
@@ -247,14 +270,14 @@ class BatchedRunner:
                                                    enable_gqa=True)
                 outs.append(o[0].transpose(0, 1).reshape(n, nh * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
-            h = h + attn.o_proj(o.to(h.dtype)[None])
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + o_proj(o.to(h.dtype)[None])
+            h = h + mlp(layer.post_attention_layernorm(h))
 
         if not sample_rows:
             return torch.empty(0, 0)
         rows = torch.tensor(sample_rows, device=dev)
         last = self.inner.norm(h[0].index_select(0, rows))
-        return self.model.lm_head(last).float()
+        return self._head(last).float()
 
 
 class FallbackRunner:
@@ -345,8 +368,9 @@ def run_step(runner, items: list[ScheduledSeq], decode_count: int):
 
 
 def make_runner(model: Any, num_slots: int, max_len: int, force_fallback: bool = False,
-                kv_dtype: str = "auto"):
+                kv_dtype: str = "auto", linear_kernels: str = "auto"):
     ok, _why = supports_batched(model, max_len)
     if ok and not force_fallback:
-        return BatchedRunner(model, num_slots, max_len, kv_dtype=kv_dtype)
+        return BatchedRunner(model, num_slots, max_len, kv_dtype=kv_dtype,
+                             linear_kernels=linear_kernels)
     return FallbackRunner(model, num_slots, max_len)

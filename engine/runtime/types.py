@@ -207,6 +207,9 @@ class ModelInfo:
     kv_bytes: int
     path_kind: str  # "batched" (our runner) or "fallback" (generic HF forward)
     created: float
+    # what runs the float products of decode steps: "native" (engine.runtime.cpu_linear) or
+    # "torch"; quantized layers report their kernels through the quantization backend
+    linear_kernels: str = "torch"
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
     max_len = config.max_model_len or min(ctx, config.max_context_cap)
     max_len = min(max_len, ctx)
     runner = make_runner(model, config.max_running, max_len, force_fallback=force_fallback,
-                         kv_dtype=config.kv_dtype)
+                         kv_dtype=config.kv_dtype, linear_kernels=config.linear_kernels)
     batched = runner.path_kind == "batched"
     allocator = SlotAllocator(config.max_running, max_len,
                               prefix_caching=config.prefix_caching and batched,
@@ -76,7 +76,8 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         name=name, path=str(loaded.path), architecture=loaded.architecture, dtype=loaded.dtype,
         quantization=getattr(loaded, "quantization", None), device=str(loaded.device),
         max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
-        kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time())
+        kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
+        linear_kernels=getattr(runner, "linear_kernels", "torch"))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
                    max_len=max_len)

@@ -159,7 +159,7 @@ def mode_c(loaded, prompts, olens, args):
     ctx = max(len(p) + o for p, o in zip(prompts, olens))
     eng = LocalEngine(EngineConfig(max_running=16, max_batched_tokens=args.max_batched_tokens,
                                    max_model_len=ctx, num_threads=args.threads,
-                                   max_waiting=1024))
+                                   max_waiting=1024, linear_kernels=args.linear_kernels))
     try:
         eng.add_model(loaded, name="bench").result()
         eng.generate(GenerationRequest(prompt_token_ids=prompts[0][:16], params=SamplingParams(
@@ -190,7 +190,7 @@ def concurrency_one(hf_loaded, eng_loaded, vocab, args, n_out=64, repeats=3):
 
     prompt = np.random.default_rng(1).integers(10, vocab - 10, 32).tolist()
     eng = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads, max_model_len=256,
-                                   idle_thread_s=0.05))
+                                   idle_thread_s=0.05, linear_kernels=args.linear_kernels))
 
     def engine_idle() -> None:
         t = eng._thread  # the bench may look inside: it must know the thread has ended
@@ -230,6 +230,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     ap.add_argument("--max-batched-tokens", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--linear-kernels", choices=("auto", "torch"), default="auto",
+                    help="the engine's fp32 decode products: native kernel (auto) or BLAS")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
 

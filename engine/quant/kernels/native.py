@@ -29,7 +29,7 @@ from engine import paths
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("int8_cpu.c")
+SOURCE = Path(__file__).with_name("cpu_gemm.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 ENV_SWITCH = "NPU_CONSOLE_NATIVE_KERNELS"
 
@@ -77,7 +77,7 @@ def build() -> BuildInfo:
     src = SOURCE.read_bytes()
     key = hashlib.sha256(src + " ".join(FLAGS).encode() + " ".join(sorted(flags)).encode()
                          + cc.encode()).hexdigest()[:16]
-    out = kernel_dir() / f"int8_cpu-{key}.so"
+    out = kernel_dir() / f"cpu_gemm-{key}.so"
     if out.exists():
         return BuildInfo(out, "cached")
     tmp = None
@@ -120,6 +120,8 @@ def library() -> ctypes.CDLL | None:
     lib.npc_w8a16.restype = None
     lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a8_f32.restype = _INT
+    lib.npc_f32.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
+    lib.npc_f32.restype = None
     return lib
 
 
@@ -135,6 +137,17 @@ def w8a16(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor
     if m:  # the kernels take at least one row
         library().npc_w8a16(x.data_ptr(), w.data_ptr(), scale.data_ptr(), y.data_ptr(), m,
                             w.shape[0], k, torch.get_num_threads())
+    return y
+
+
+def f32(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 (M, K) x fp32 (N, K) (+ bias (N,)) -> fp32 (M, N): `F.linear` for few rows."""
+    x = x.contiguous()
+    m, k = x.shape
+    y = torch.empty(m, w.shape[0], dtype=torch.float32)
+    if m:
+        library().npc_f32(x.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                          y.data_ptr(), m, w.shape[0], k, torch.get_num_threads())
     return y
 
 

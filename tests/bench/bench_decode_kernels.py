@@ -1,14 +1,14 @@
-"""The CPU int8 kernels against PyTorch's float and int8 ones, as a decode step sees them: the
-24 decoder layers of the Qwen2.5-0.5B shape (q, k, v, o, gate, up, down), every layer its own
-weights, so each pass streams ~358 M weights from memory (a repeated single layer would sit in
-the L3 cache and flatter every kernel).
+"""The CPU kernels of a decode step, ours against PyTorch's, float and int8: the 24 decoder
+layers of the Qwen2.5-0.5B shape (q, k, v, o, gate, up, down), every layer its own weights, so
+each pass streams ~358 M weights from memory (a repeated single layer would sit in the L3
+cache and flatter every kernel).
 
 For each row count M it times one pass through all 168 products, per kernel, and reports
 ms per pass and the weight bytes read per second (min of --repeats):
 
-    python tests/bench/bench_int8_kernels.py --threads 2
+    python tests/bench/bench_decode_kernels.py --threads 2
 
-Kernels: fp32 / bf16 `F.linear`; W8A16 `_weight_int8pack_mm` (bf16 activations) and native;
+Kernels: fp32 / bf16 `F.linear` and fp32 native (what engine.runtime.cpu_linear runs); W8A16 `_weight_int8pack_mm` (bf16 activations) and native;
 W8A8 fbgemm (integer rows + nibble split where the CPU saturates) and native. The int8 ones
 run through `CpuBackend` exactly as QuantLinear calls them.
 """
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels["w8a8 fbgemm" + (" (nibble split)" if cpu.int16_saturation() else "")] = (
         q8, lambda x, q: torch_be._w8a8(q, x), 1)
     if native.available():
+        kernels["fp32 native"] = (fp32, native.f32, 4)
         native_be = cpu.CpuBackend(use_native=True)
         kernels["w8a16 native"] = (q16, lambda x, q: native_be.forward(q, x), 1)
         kernels["w8a8 native"] = (q8, lambda x, q: native_be.forward(q, x), 1)

@@ -42,9 +42,9 @@ static inline int32_t hsum_epi32(__m256i v) {
  * streams that the hardware prefetchers follow poorly (8 GB/s measured of ~26), so each cache
  * line of the next tile (the nr rows that follow) is requested while this one computes. */
 static inline __attribute__((always_inline)) void
-prefetch_next_tile(const int8_t *w, int64_t K, int64_t k, const int nr) {
+prefetch_next_tile(const void *w, int64_t row_bytes, int64_t off, const int nr) {
     for (int j = 0; j < nr; j++)
-        _mm_prefetch((const char *)(w + (PF_TILES * nr + j) * K + k), _MM_HINT_T0);
+        _mm_prefetch((const char *)w + (PF_TILES * nr + j) * row_bytes + off, _MM_HINT_T0);
 }
 
 /* ---- W8A16: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] ------------------------------ */
@@ -137,15 +137,93 @@ static void f32_rows_one(const float *x, const int8_t *w, float scale, float *y,
     }
 }
 
-/* ---- Scheduling shared by both products ------------------------------------------------ */
+/* ---- F32: y[m, n] = sum_k x[m, k] * w[n, k] + bias[n], fp32 weights as nn.Linear stores them */
 
-/* One product's operands: fp32 rows x (W8A16) or int16 rows q (W8A8), ldx apart. */
+/* MKL's sgemm handles 2-16 rows times a big weight poorly on this class of CPU (docs/
+ * benchmarks.md, "Batching on this CPU": a 16-row product of the MLP's shape ran at 46 GFLOP/s
+ * where the same kernel reaches 120-160 at 512 rows), and decode batches live exactly there.
+ * These tiles read each weight once per step at any row count up to a few dozen. */
+static inline __attribute__((always_inline)) void
+w32_tile(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
+         int64_t ldy, const int mr, const int nr) {
+    __m256 acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        if ((k & 15) == 0) prefetch_next_tile(w, 4 * K, 4 * k, nr);
+        __m256 wv[4];
+        for (int j = 0; j < nr; j++) wv[j] = _mm256_loadu_ps(w + j * K + k);
+        for (int i = 0; i < mr; i++) {
+            __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float s = hsum_ps(acc[i][j]);
+            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[j * K + t];
+            y[i * ldy + j] = bias ? s + bias[j] : s;
+        }
+}
+
+#define W32_CASE(a, b) w32_tile(x, K, w, K, bias, y, N, a, b)
+
+static void w32_rows(const float *x, const float *w, const float *bias, float *y, int mr, int nr,
+                     int64_t K, int64_t N) {
+    switch (mr * 16 + nr) { CASES(W32_CASE) }
+}
+
+static inline __attribute__((always_inline)) void
+w32_row(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
+        int64_t ldy, const int mr, const int u) {
+    __m256 acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 * u <= K; k += 8 * u) {
+        for (int c = 0; c < u; c += 2)  /* one prefetch per 64-byte line */
+            _mm_prefetch((const char *)(w + k + 8 * c) + ROW_PF, _MM_HINT_T0);
+        __m256 wv[4];
+        for (int j = 0; j < u; j++) wv[j] = _mm256_loadu_ps(w + k + 8 * j);
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < u; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8 * j), wv[j],
+                                            acc[i][j]);
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv = _mm256_loadu_ps(w + k);
+        for (int i = 0; i < mr; i++)
+            acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][0]);
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][j]);
+        float s = hsum_ps(acc[i][0]);
+        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[t];
+        y[i * ldy] = bias ? s + *bias : s;
+    }
+}
+
+static void w32_rows_one(const float *x, const float *w, const float *bias, float *y, int mr,
+                         int64_t K, int64_t N) {
+    switch (mr) {
+    case 1: w32_row(x, K, w, K, bias, y, N, 1, 4); break;
+    case 2: w32_row(x, K, w, K, bias, y, N, 2, 4); break;
+    case 3: w32_row(x, K, w, K, bias, y, N, 3, 2); break;
+    default: w32_row(x, K, w, K, bias, y, N, 4, 2); break;
+    }
+}
+
+/* ---- Scheduling shared by all products ------------------------------------------------ */
+
+/* One product's operands: fp32 rows x (W8A16, F32) or int16 rows q (W8A8), ldx apart. */
 typedef struct {
     const float *x;
     const int16_t *q;
     int64_t ldx;
     const int8_t *w;
     const float *sx, *sw;
+    const float *wf, *bias; /* fp32 product: weights, optional bias */
     float *y;
     int64_t M, N, K;
 } gemm_t;
@@ -195,8 +273,26 @@ static void f32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn)
 void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
                int64_t N, int64_t K, int nthreads) {
     /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers */
-    const gemm_t g = {x, NULL, K, w, NULL, scale, y, M, N, K};
+    const gemm_t g = {x, NULL, K, w, NULL, scale, NULL, NULL, y, M, N, K};
     run(&g, f32_stream, f32_tile_at, 2, 4 * K, nthreads);
+}
+
+static void w32_stream(const gemm_t *g, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++)
+        w32_rows_one(g->x, g->wf + n * g->K, g->bias ? g->bias + n : NULL, g->y + n, (int)g->M,
+                     g->K, g->N);
+}
+
+static void w32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    w32_rows(g->x + m0 * g->ldx, g->wf + n0 * g->K, g->bias ? g->bias + n0 : NULL,
+             g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
+}
+
+void npc_f32(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t N,
+             int64_t K, int nthreads) {
+    /* 4 x 3 tiles: 12 accumulators, 3 weight rows, 1 activation row */
+    const gemm_t g = {x, NULL, K, NULL, NULL, NULL, w, bias, y, M, N, K};
+    run(&g, w32_stream, w32_tile_at, 3, 4 * K, nthreads);
 }
 
 /* ---- W8A8: activations to int16 rows, then y[m, n] = sx[m] * sw[n] * sum_k q[m,k] w[n,k] -- */
@@ -329,7 +425,7 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
     }
     quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
     /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
-    const gemm_t g = {NULL, q, ldq, w, sx, sw, y, M, N, K};
+    const gemm_t g = {NULL, q, ldq, w, sx, sw, NULL, NULL, y, M, N, K};
     run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
     free(q);
     free(sx);
