@@ -2,11 +2,12 @@
 engine/quant/kernels/cpu_gemm.c) instead of the BLAS behind `F.linear`.
 
 Why: a decode step multiplies a few rows (one per running sequence) by every weight. On the
-2-core AVX2 test machine MKL's sgemm runs such products far below the memory's speed: one pass
-over the 24 layers of the Qwen2.5-0.5B shape took 80 ms at 1 row and 232 / 261 ms at 8 / 16
-rows, the native kernel 52 / 68 / 109 ms, and it stays ahead up to ~80 rows
-(tests/bench/bench_gemm.py, docs/benchmarks.md). Above that - prefill chunks - the BLAS is
-the better-tuned kernel and keeps the work.
+2-core AVX2 test machine MKL's sgemm runs such products far below the memory's speed: a pass
+over the 24 layers of the Qwen2.5-0.5B shape costs it 2.2-2.8x more at 2-8 rows than at one,
+where the bytes read are the same; the native kernel is 1.5x faster than MKL at one row,
+2.2-3.7x at 2-32 and stays ahead up to ~80 rows (tests/bench/bench_decode_kernels.py,
+tests/bench/bench_gemm.py, docs/benchmarks.md). Above that - prefill chunks - the BLAS is the
+better-tuned kernel and keeps the work.
 
 The model is not touched: the runner asks `linear_fn(module)` once per layer and calls what it
 gets. Quantized layers, bf16 / fp16 models, accelerators and small weights that stay in cache

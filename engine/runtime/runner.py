@@ -5,7 +5,9 @@ over the Hugging Face module's submodules: all tokens of the step (decode tokens
 chunks) go through the linear layers as one flat batch, so the weights are read once per step;
 attention is done per group (all decodes together with a length mask, each prefill chunk with a
 causal mask) against the preallocated slot KV cache. Projections and MLPs are called as modules,
-never through `.weight`, so quantized replacements of nn.Linear work unchanged.
+never through `.weight`, so quantized replacements of nn.Linear work unchanged; plain fp32
+linears on CPU go to the native decode kernel instead (engine.runtime.cpu_linear). The runner
+looks the modules up once, so a model is quantized before it is served, not while.
 
 `FallbackRunner` serves any other causal LM through its own HF forward and cache, one sequence
 at a time.

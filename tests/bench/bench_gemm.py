@@ -3,7 +3,9 @@ decode is batched, and which weight layout the CPU kernels prefer.
 
 For each row count M (1 = one sequence decoding, 16 = a full decode batch, 512 = a prefill
 chunk) it times `F.linear(x, W)` with W stored as nn.Linear keeps it ([out, in], "NT") and as
-the transpose of a contiguous [in, out] tensor ("NN"), interleaved, median of --repeats.
+the transpose of a contiguous [in, out] tensor ("NN"), and the engine's own fp32 kernel on the
+NT weight ("native", engine/runtime/cpu_linear.py; when it builds), interleaved, median of
+--repeats.
 
     python tests/bench/bench_gemm.py --threads 2
 """
@@ -34,7 +36,18 @@ def timed_linear(x: torch.Tensor, w: torch.Tensor) -> float:
     return time.perf_counter() - t
 
 
+def timed_native(x: torch.Tensor, w: torch.Tensor) -> float:
+    from engine.quant.kernels import native
+
+    native.f32(x, w)
+    t = time.perf_counter()
+    native.f32(x, w)
+    return time.perf_counter() - t
+
+
 def main(argv: list[str] | None = None) -> int:
+    from engine.quant.kernels import native
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", default="1,4,8,16,64,512")
@@ -50,19 +63,25 @@ def main(argv: list[str] | None = None) -> int:
         for m in rows:
             x = torch.randn(m, k)
             reps = max(2, args.repeats // (4 if n > 100_000 and m > 64 else 1))
-            nts, nns = [], []
+            nts, nns, nats = [], [], []
             for _ in range(reps):  # interleave: this VM's speed drifts
                 nts.append(timed_linear(x, w_nt))
                 nns.append(timed_linear(x, w_nn))
+                if native.available():
+                    nats.append(timed_native(x, w_nt))
             nt, nn = statistics.median(nts), statistics.median(nns)
             flop = 2 * m * k * n
             row = {"shape": name, "M": m, "nt_ms": nt * 1e3, "nn_ms": nn * 1e3,
                    "nt_gflops": flop / nt / 1e9, "nn_gflops": flop / nn / 1e9,
                    "nt_ms_per_row": nt * 1e3 / m}
+            line = (f"{name:20s} M={m:4d}  NT {nt * 1e3:8.2f} ms {row['nt_gflops']:6.1f} GF/s   "
+                    f"NN {nn * 1e3:8.2f} ms {row['nn_gflops']:6.1f} GF/s")
+            if nats:
+                nat = statistics.median(nats)
+                row.update(native_ms=nat * 1e3, native_gflops=flop / nat / 1e9)
+                line += f"   native {nat * 1e3:8.2f} ms {row['native_gflops']:6.1f} GF/s"
             out.append(row)
-            print(f"{name:20s} M={m:4d}  NT {nt * 1e3:8.2f} ms {row['nt_gflops']:6.1f} GF/s   "
-                  f"NN {nn * 1e3:8.2f} ms {row['nn_gflops']:6.1f} GF/s", file=sys.stderr,
-                  flush=True)
+            print(line, file=sys.stderr, flush=True)
     print(json.dumps({"threads": args.threads, "torch": torch.__version__, "rows": out},
                      indent=1))
     return 0

@@ -1,6 +1,6 @@
 """CPU kernels, chosen by measurement (docs/benchmarks.md, "Quantization"):
 
-* Native AVX2 kernels (int8_cpu.c via native.py), when they build: W8A16 always (fp32
+* Native AVX2 kernels (cpu_gemm.c via native.py), when they build: W8A16 always (fp32
   activations, exact; 1.4-1.7x faster than `_weight_int8pack_mm` at every size measured), and
   W8A8 on CPUs whose fbgemm saturates (no VNNI, below), where they are 2.7x faster than the
   nibble split at one row and 4-30 % behind it at 64-256 rows. They read the plain int8 weight,

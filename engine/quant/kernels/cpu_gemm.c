@@ -1,11 +1,13 @@
-/* INT8 matrix products for x86 CPUs with AVX2 + FMA, built on first use by native.py.
+/* Matrix products of decode steps for x86 CPUs with AVX2 + FMA, built on first use by
+ * native.py: INT8 (W8A16, W8A8) for quantized layers, fp32 for the engine's float layers.
  *
  * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
  * spends its time (a few rows times a large weight): aten._weight_int8pack_mm streams int8
  * weights at ~10 GB/s where a GEMV gets ~16 here, and fbgemm's u8 x s8 product saturates int16
  * pair sums, so its exact use must split activations into nibbles (two GEMMs' worth of work).
- * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16 and npc_w8a8_f32;
- * both keep the math exact:
+ * MKL's sgemm, for its part, charges 2-16 rows 2-5x what one row costs (npc_f32 below).
+ * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16, npc_w8a8_f32 and
+ * npc_f32; the int8 ones keep the math exact:
  *   - W8A16: int8 weight widened to fp32 in registers, fp32 FMA with fp32 activations;
  *   - W8A8:  int8 x int8 widened to int16, vpmaddwd into int32 (no saturation possible:
  *            each pair sum is at most 2 * 127 * 127), then one fp32 multiply by both scales.

@@ -1,5 +1,6 @@
-"""The AVX2 int8 kernels in int8_cpu.c: built with the system C compiler on first use, cached,
-loaded with ctypes (which releases the GIL for the call).
+"""The AVX2 kernels in cpu_gemm.c (INT8 products, and the engine's fp32 decode product): built
+with the system C compiler on first use, cached, loaded with ctypes (which releases the GIL for
+the call).
 
 Optional by design: without a compiler, on a CPU without AVX2/FMA, off x86-64, or with
 NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU backend keeps PyTorch's own
