@@ -281,6 +281,22 @@ def test_prompt_over_context_is_400_with_both_numbers(url, stories_dir):
     assert "512" in err["message"] and str(n) in err["message"]
 
 
+def test_without_max_tokens_the_completion_fits_the_context(url, stories_dir):
+    """The default max_tokens (256) is not the caller's limit: near the end of the context the
+    request gets what is left, as vLLM does; an explicit max_tokens that does not fit is 400."""
+    prompt = "the cat sat on the mat " * 50
+    n = token_count(stories_dir, prompt)
+    assert 512 - 256 < n < 512 - 1
+    r = post(url, "/v1/completions", {"prompt": prompt, "ignore_eos": True, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["prompt_tokens"] == n
+    assert body["usage"]["completion_tokens"] == 512 - n
+    assert body["choices"][0]["finish_reason"] == "length"
+    err = assert_error(post(url, "/v1/completions", {"prompt": prompt, "max_tokens": 256}), 400)
+    assert err["code"] == "context_length_exceeded" and str(512 - n) in err["message"]
+
+
 def test_oversized_body_is_413_before_it_is_read(url):
     big = b'{"prompt": "' + b"x" * 1_200_000 + b'"}'
     r = httpx.post(url + "/v1/completions", content=big, timeout=30,

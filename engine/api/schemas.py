@@ -77,8 +77,9 @@ class SamplingFields(BaseModel):
                  seed_offset: int = 0) -> SamplingParams:
         top_k = self.top_k or 0
         seed = None if self.seed is None else (self.seed + seed_offset) % (MAX_SEED + 1)
+        asked = max_tokens or self.max_tokens
         return SamplingParams(
-            max_tokens=max_tokens or self.max_tokens or default_max_tokens,
+            max_tokens=asked or default_max_tokens, max_tokens_fits=not asked,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=max(top_k, 0),

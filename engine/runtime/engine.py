@@ -8,6 +8,7 @@ pushes events to the request handles. Models load on a loader thread so nobody b
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -98,6 +99,9 @@ class LocalEngine:
         variant = self._resolve(request.model)
         ids = self._tokenize(variant, request)
         check_token_ids(ids, variant.vocab_size)
+        if params.max_tokens_fits and len(ids) < variant.max_len:
+            fit = min(params.max_tokens, variant.max_len - len(ids))
+            params = dataclasses.replace(params, max_tokens=fit)
         check_context(len(ids), params.max_tokens, variant.max_len)
         seq = Sequence(request_id=request.request_id, prompt_ids=ids, params=params)
         seq.extra["detok"] = IncrementalDetokenizer(variant.tokenizer, ids)

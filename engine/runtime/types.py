@@ -93,6 +93,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # max_tokens is a default the caller did not ask for (an API request without max_tokens):
+    # shrink it to what the context leaves after the prompt instead of refusing the request
+    max_tokens_fits: bool = False
 
     @property
     def greedy(self) -> bool:
