@@ -303,25 +303,51 @@ void npc_f32(const float *x, const float *w, const float *bias, float *y, int64_
  * max|x| / 127 (at least 1e-8) when per_token, else the given scale; round half to even
  * (nearbyintf in the default rounding mode), clamp to +-127. Rows are stored as int16 with
  * ldq >= K; the padding is zero. */
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* Vectorized, with the scalar loop's exact results: max is order-free, and each value is
+ * divided (not multiplied by a reciprocal) and rounded half to even as the scalar tail does.
+ * A scalar version of this was a tenth of a W8A8 pass at 8 rows. */
 static void quantize_rows(const float *x, int64_t M, int64_t K, int per_token,
                           float static_scale, int16_t *q, int64_t ldq, float *sx) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f),
+                 lo = _mm256_set1_ps(-127.0f);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
         float s = static_scale;
         if (per_token) {
-            float amax = 0.0f;
-            for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+            __m256 vmax = _mm256_setzero_ps();
+            int64_t k = 0;
+            for (; k + 8 <= K; k += 8)  /* a NaN input is skipped, as fmaxf skips it */
+                vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
+            float amax = hmax_ps(vmax);
+            for (; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
             s = amax / 127.0f;
             if (s < 1e-8f) s = 1e-8f;
         }
         sx[m] = s;
         int16_t *qr = q + m * ldq;
-        for (int64_t k = 0; k < K; k++) {
+        const __m256 vs = _mm256_set1_ps(s);
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xr + k), vs),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            _mm_storeu_si128((__m128i *)(qr + k),
+                             _mm_packs_epi32(_mm256_castsi256_si128(i),
+                                             _mm256_extracti128_si256(i, 1)));
+        }
+        for (; k < K; k++) {
             float v = nearbyintf(xr[k] / s);
             v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
             qr[k] = (int16_t)v;
         }
-        for (int64_t k = K; k < ldq; k++) qr[k] = 0;
+        for (k = K; k < ldq; k++) qr[k] = 0;
     }
 }
 
