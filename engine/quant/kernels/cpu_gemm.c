@@ -49,21 +49,47 @@ prefetch_next_tile(const void *w, int64_t row_bytes, int64_t off, const int nr) 
         _mm_prefetch((const char *)w + (PF_TILES * nr + j) * row_bytes + off, _MM_HINT_T0);
 }
 
-/* ---- W8A16: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] ------------------------------ */
+/* ---- fp32 FMA products: W8A16 (int8 weights widened in registers) and F32 ------------------
+ * y[m, n] = (sum_k x[m, k] * w[n, k]) * scale[n] + bias[n], scale and bias optional. wb, the
+ * bytes of one weight (1: int8, 4: fp32), is a constant wherever these are inlined, so each
+ * product compiles to its own loops with the matching load. */
 
+static inline __attribute__((always_inline)) __m256 load_w(const char *w, int64_t k,
+                                                           const int wb) {
+    if (wb == 1)
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k))));
+    return _mm256_loadu_ps((const float *)w + k);
+}
+
+static inline __attribute__((always_inline)) float at_w(const char *w, int64_t k, const int wb) {
+    return wb == 1 ? (float)((const int8_t *)w)[k] : ((const float *)w)[k];
+}
+
+static inline __attribute__((always_inline)) float
+epilogue(float s, const float *scale, const float *bias, int j) {
+    if (scale) s *= scale[j];
+    if (bias) s += bias[j];
+    return s;
+}
+
+/* MKL's sgemm handles 2-16 rows times a big weight poorly on this class of CPU (docs/
+ * benchmarks.md, "Batching on this CPU": a 16-row product of the MLP's shape ran at 54 GFLOP/s
+ * where the same kernel reaches 140 at 512 rows), and decode batches live exactly there.
+ * These tiles read each weight once per step at any row count up to a few dozen. */
 static inline __attribute__((always_inline)) void
-f32_tile(const float *x, int64_t ldx, const int8_t *w, int64_t K, const float *scale,
-         float *y, int64_t ldy, const int mr, const int nr) {
+fma_tile(const float *x, int64_t ldx, const char *w, int64_t K, const int wb,
+         const float *scale, const float *bias, float *y, int64_t ldy, const int mr,
+         const int nr) {
+    const int64_t rb = K * wb; /* bytes of one weight row */
     __m256 acc[MR][4];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        if (((k * wb) & 63) == 0) prefetch_next_tile(w, rb, k * wb, nr);
         __m256 wv[4];
-        for (int j = 0; j < nr; j++)
-            wv[j] = _mm256_cvtepi32_ps(
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + j * K + k))));
+        for (int j = 0; j < nr; j++) wv[j] = load_w(w + j * rb, k, wb);
         for (int i = 0; i < mr; i++) {
             __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
             for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -72,8 +98,8 @@ f32_tile(const float *x, int64_t ldx, const int8_t *w, int64_t K, const float *s
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             float s = hsum_ps(acc[i][j]);
-            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * (float)w[j * K + t];
-            y[i * ldy + j] = s * scale[j];
+            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * at_w(w + j * rb, t, wb);
+            y[i * ldy + j] = epilogue(s, scale, bias, j);
         }
 }
 
@@ -87,132 +113,55 @@ f32_tile(const float *x, int64_t ldx, const int8_t *w, int64_t K, const float *s
     case 0x41: F(4, 1); break; case 0x42: F(4, 2); break; case 0x43: F(4, 3); break;      \
     case 0x44: F(4, 4); break;
 
-#define F32_CASE(a, b) f32_tile(x, K, w, K, scale, y, N, a, b)
+#define FMA_CASE(a, b) fma_tile(x, K, w, K, wb, scale, bias, y, N, a, b)
 
-static void f32_rows(const float *x, const int8_t *w, const float *scale, float *y, int mr,
-                     int nr, int64_t K, int64_t N) {
-    switch (mr * 16 + nr) { CASES(F32_CASE) }
+static inline __attribute__((always_inline)) void
+fma_rows(const float *x, const char *w, const int wb, const float *scale, const float *bias,
+         float *y, int mr, int nr, int64_t K, int64_t N) {
+    switch (mr * 16 + nr) { CASES(FMA_CASE) }
 }
 
 /* Few activation rows: one weight row at a time, read front to back, so that each thread
  * streams one contiguous range (the prefetchers' best case); u independent accumulators per
  * activation row hide the FMA latency. */
 static inline __attribute__((always_inline)) void
-f32_row(const float *x, int64_t ldx, const int8_t *w, int64_t K, float scale, float *y,
-        int64_t ldy, const int mr, const int u) {
+fma_row(const float *x, int64_t ldx, const char *w, int64_t K, const int wb, const float *scale,
+        const float *bias, float *y, int64_t ldy, const int mr, const int u) {
     __m256 acc[MR][4];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 * u <= K; k += 8 * u) {
-        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        for (int c = 0; c < 8 * u * wb; c += 64) /* one prefetch per 64-byte line */
+            _mm_prefetch(w + k * wb + c + ROW_PF, _MM_HINT_T0);
         __m256 wv[4];
-        for (int j = 0; j < u; j++)
-            wv[j] = _mm256_cvtepi32_ps(
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k + 8 * j))));
+        for (int j = 0; j < u; j++) wv[j] = load_w(w, k + 8 * j, wb);
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < u; j++)
                 acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8 * j), wv[j],
                                             acc[i][j]);
     }
     for (; k + 8 <= K; k += 8) {
-        __m256 wv = _mm256_cvtepi32_ps(
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k))));
+        __m256 wv = load_w(w, k, wb);
         for (int i = 0; i < mr; i++)
             acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][0]);
     }
     for (int i = 0; i < mr; i++) {
         for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][j]);
         float s = hsum_ps(acc[i][0]);
-        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * (float)w[t];
-        y[i * ldy] = s * scale;
+        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * at_w(w, t, wb);
+        y[i * ldy] = epilogue(s, scale, bias, 0);
     }
-}
-
-static void f32_rows_one(const float *x, const int8_t *w, float scale, float *y, int mr,
-                         int64_t K, int64_t N) {
-    switch (mr) {
-    case 1: f32_row(x, K, w, K, scale, y, N, 1, 4); break;
-    case 2: f32_row(x, K, w, K, scale, y, N, 2, 4); break;
-    case 3: f32_row(x, K, w, K, scale, y, N, 3, 2); break;
-    default: f32_row(x, K, w, K, scale, y, N, 4, 2); break;
-    }
-}
-
-/* ---- F32: y[m, n] = sum_k x[m, k] * w[n, k] + bias[n], fp32 weights as nn.Linear stores them */
-
-/* MKL's sgemm handles 2-16 rows times a big weight poorly on this class of CPU (docs/
- * benchmarks.md, "Batching on this CPU": a 16-row product of the MLP's shape ran at 46 GFLOP/s
- * where the same kernel reaches 120-160 at 512 rows), and decode batches live exactly there.
- * These tiles read each weight once per step at any row count up to a few dozen. */
-static inline __attribute__((always_inline)) void
-w32_tile(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
-         int64_t ldy, const int mr, const int nr) {
-    __m256 acc[MR][4];
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        if ((k & 15) == 0) prefetch_next_tile(w, 4 * K, 4 * k, nr);
-        __m256 wv[4];
-        for (int j = 0; j < nr; j++) wv[j] = _mm256_loadu_ps(w + j * K + k);
-        for (int i = 0; i < mr; i++) {
-            __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
-            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) {
-            float s = hsum_ps(acc[i][j]);
-            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[j * K + t];
-            y[i * ldy + j] = bias ? s + bias[j] : s;
-        }
-}
-
-#define W32_CASE(a, b) w32_tile(x, K, w, K, bias, y, N, a, b)
-
-static void w32_rows(const float *x, const float *w, const float *bias, float *y, int mr, int nr,
-                     int64_t K, int64_t N) {
-    switch (mr * 16 + nr) { CASES(W32_CASE) }
 }
 
 static inline __attribute__((always_inline)) void
-w32_row(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
-        int64_t ldy, const int mr, const int u) {
-    __m256 acc[MR][4];
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 * u <= K; k += 8 * u) {
-        for (int c = 0; c < u; c += 2)  /* one prefetch per 64-byte line */
-            _mm_prefetch((const char *)(w + k + 8 * c) + ROW_PF, _MM_HINT_T0);
-        __m256 wv[4];
-        for (int j = 0; j < u; j++) wv[j] = _mm256_loadu_ps(w + k + 8 * j);
-        for (int i = 0; i < mr; i++)
-            for (int j = 0; j < u; j++)
-                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8 * j), wv[j],
-                                            acc[i][j]);
-    }
-    for (; k + 8 <= K; k += 8) {
-        __m256 wv = _mm256_loadu_ps(w + k);
-        for (int i = 0; i < mr; i++)
-            acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][0]);
-    }
-    for (int i = 0; i < mr; i++) {
-        for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][j]);
-        float s = hsum_ps(acc[i][0]);
-        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[t];
-        y[i * ldy] = bias ? s + *bias : s;
-    }
-}
-
-static void w32_rows_one(const float *x, const float *w, const float *bias, float *y, int mr,
-                         int64_t K, int64_t N) {
+fma_rows_one(const float *x, const char *w, const int wb, const float *scale, const float *bias,
+             float *y, int mr, int64_t K, int64_t N) {
     switch (mr) {
-    case 1: w32_row(x, K, w, K, bias, y, N, 1, 4); break;
-    case 2: w32_row(x, K, w, K, bias, y, N, 2, 4); break;
-    case 3: w32_row(x, K, w, K, bias, y, N, 3, 2); break;
-    default: w32_row(x, K, w, K, bias, y, N, 4, 2); break;
+    case 1: fma_row(x, K, w, K, wb, scale, bias, y, N, 1, 4); break;
+    case 2: fma_row(x, K, w, K, wb, scale, bias, y, N, 2, 4); break;
+    case 3: fma_row(x, K, w, K, wb, scale, bias, y, N, 3, 2); break;
+    default: fma_row(x, K, w, K, wb, scale, bias, y, N, 4, 2); break;
     }
 }
 
@@ -262,39 +211,47 @@ static void run(const gemm_t *g, stream_fn stream, tile_fn tile, int nr, int64_t
     }
 }
 
-static void f32_stream(const gemm_t *g, int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; n++)
-        f32_rows_one(g->x, g->w + n * g->K, g->sw[n], g->y + n, (int)g->M, g->K, g->N);
+static inline __attribute__((always_inline)) const char *weights(const gemm_t *g, const int wb) {
+    return wb == 1 ? (const char *)g->w : (const char *)g->wf;
 }
 
-static void f32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
-    f32_rows(g->x + m0 * g->ldx, g->w + n0 * g->K, g->sw + n0, g->y + m0 * g->N + n0, mm, nn,
-             g->K, g->N);
+static inline __attribute__((always_inline)) void
+fma_stream(const gemm_t *g, int64_t n0, int64_t n1, const int wb) {
+    for (int64_t n = n0; n < n1; n++)
+        fma_rows_one(g->x, weights(g, wb) + n * g->K * wb, wb, g->sw ? g->sw + n : NULL,
+                     g->bias ? g->bias + n : NULL, g->y + n, (int)g->M, g->K, g->N);
+}
+
+static inline __attribute__((always_inline)) void
+fma_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn, const int wb) {
+    fma_rows(g->x + m0 * g->ldx, weights(g, wb) + n0 * g->K * wb, wb, g->sw ? g->sw + n0 : NULL,
+             g->bias ? g->bias + n0 : NULL, g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
+}
+
+static void w8a16_stream(const gemm_t *g, int64_t n0, int64_t n1) { fma_stream(g, n0, n1, 1); }
+
+static void w8a16_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    fma_tile_at(g, m0, mm, n0, nn, 1);
 }
 
 void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
                int64_t N, int64_t K, int nthreads) {
     /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers */
     const gemm_t g = {x, NULL, K, w, NULL, scale, NULL, NULL, y, M, N, K};
-    run(&g, f32_stream, f32_tile_at, 2, 4 * K, nthreads);
+    run(&g, w8a16_stream, w8a16_tile_at, 2, 4 * K, nthreads);
 }
 
-static void w32_stream(const gemm_t *g, int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; n++)
-        w32_rows_one(g->x, g->wf + n * g->K, g->bias ? g->bias + n : NULL, g->y + n, (int)g->M,
-                     g->K, g->N);
-}
+static void f32_stream(const gemm_t *g, int64_t n0, int64_t n1) { fma_stream(g, n0, n1, 4); }
 
-static void w32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
-    w32_rows(g->x + m0 * g->ldx, g->wf + n0 * g->K, g->bias ? g->bias + n0 : NULL,
-             g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
+static void f32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    fma_tile_at(g, m0, mm, n0, nn, 4);
 }
 
 void npc_f32(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t N,
              int64_t K, int nthreads) {
     /* 4 x 3 tiles: 12 accumulators, 3 weight rows, 1 activation row */
     const gemm_t g = {x, NULL, K, NULL, NULL, NULL, w, bias, y, M, N, K};
-    run(&g, w32_stream, w32_tile_at, 3, 4 * K, nthreads);
+    run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
 }
 
 /* ---- W8A8: activations to int16 rows, then y[m, n] = sx[m] * sw[n] * sum_k q[m,k] w[n,k] -- */
