@@ -145,7 +145,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     reqs = [GenerationRequest(
         messages=messages, model=body.model or None,
         request_id=f"{rid}-{j}" if body.n > 1 else rid,
-        params=body.sampling(ctx.settings.default_max_tokens, body.completion_budget(), j))
+        params=body.sampling(ctx.settings.default_max_tokens, body.completion_budget(), j,
+                             ctx.settings.model_defaults))
         for j in range(body.n)]
     batch = Batch(ctx, reqs, body.n, {"prompt": "messages", "prompt_token_ids": "messages"})
     batch.submit()
@@ -177,7 +178,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
                 prompt_token_ids=None if isinstance(p, str) else p,
                 model=body.model or None,
                 request_id=f"{rid}-{k}" if len(prompts) * body.n > 1 else rid,
-                params=body.sampling(ctx.settings.default_max_tokens, None, j)))
+                params=body.sampling(ctx.settings.default_max_tokens, None, j,
+                                     ctx.settings.model_defaults)))
     batch = Batch(ctx, reqs, body.n, {"prompt_token_ids": "prompt"})
     batch.submit()
     model = info.model = served_model(ctx, batch, body.model)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.api.errors import ApiError
-from engine.runtime.types import SamplingParams
+from engine.runtime.types import MODEL_DEFAULT_FIELDS, SamplingParams
 
 MAX_STOP = 16
 MAX_SEED = 2**63 - 1
@@ -74,7 +74,9 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     def sampling(self, default_max_tokens: int, max_tokens: int | None = None,
-                 seed_offset: int = 0) -> SamplingParams:
+                 seed_offset: int = 0, model_defaults: bool = True) -> SamplingParams:
+        """The engine's parameters; with model_defaults, the fields this request leaves unset
+        take the model's generation_config values at submit (as `generate` and vLLM do)."""
         top_k = self.top_k or 0
         seed = None if self.seed is None else (self.seed + seed_offset) % (MAX_SEED + 1)
         asked = max_tokens or self.max_tokens
@@ -91,6 +93,8 @@ class SamplingFields(BaseModel):
             stop=self.stop_tuple(),
             stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos,
+            model_defaults=tuple(f for f in MODEL_DEFAULT_FIELDS if getattr(self, f) is None)
+            if model_defaults else (),
         )
 
 

@@ -36,6 +36,9 @@ class ApiSettings:
     log_prompts: bool = False  # prompts/completions go to the log only when asked for
     request_log_size: int = 500
     default_max_tokens: int = 256  # used when a request names no max_tokens
+    # fields a request leaves unset take the model's generation_config.json values (vLLM's
+    # --generation-config auto); False: the OpenAI defaults (temperature 1, top_p 1, ...)
+    model_defaults: bool = True
     max_n: int = 8  # the most choices (n x prompts) one request may ask for
     # a stream writes at most once per interval: tokens that come faster are sent together
     # (like vLLM's --stream-interval, but in time, so slow streams are never held back);

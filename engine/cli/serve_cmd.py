@@ -44,6 +44,10 @@ def register(sub) -> None:
     p.add_argument("--stream-interval-ms", type=float, default=20.0, metavar="MS",
                    help="a stream writes at most this often; faster tokens go out together "
                         "(0: one chunk per token, for per-token ITL measurements)")
+    p.add_argument("--generation-config", default="auto", choices=["auto", "none"],
+                   help="auto: sampling fields a request leaves unset (temperature, top_p, "
+                        "top_k, min_p, repetition_penalty) take the model's "
+                        "generation_config.json values, as in vLLM; none: OpenAI's defaults")
     p.add_argument("--grace", type=float, default=10.0, metavar="S",
                    help="on stop, seconds open streams may run before they are cancelled")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -121,7 +125,8 @@ def run(args) -> int:
                                    cors_origins=parse_origins(args.cors),
                                    max_body_bytes=args.max_body_bytes,
                                    log_prompts=args.log_prompts, log_level=args.log_level,
-                                   stream_interval_ms=args.stream_interval_ms)
+                                   stream_interval_ms=args.stream_interval_ms,
+                                   model_defaults=args.generation_config == "auto")
         except ServerStartError as exc:
             raise CliError(str(exc)) from None
         print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "

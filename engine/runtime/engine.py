@@ -99,6 +99,9 @@ class LocalEngine:
         variant = self._resolve(request.model)
         ids = self._tokenize(variant, request)
         check_token_ids(ids, variant.vocab_size)
+        take = {k: v for k, v in variant.sampling_defaults.items() if k in params.model_defaults}
+        if take:  # validated when the model was loaded
+            params = dataclasses.replace(params, **take)
         if params.max_tokens_fits and len(ids) < variant.max_len:
             fit = min(params.max_tokens, variant.max_len - len(ids))
             params = dataclasses.replace(params, max_tokens=fit)

@@ -96,10 +96,17 @@ class SamplingParams:
     # max_tokens is a default the caller did not ask for (an API request without max_tokens):
     # shrink it to what the context leaves after the prompt instead of refusing the request
     max_tokens_fits: bool = False
+    # fields (of MODEL_DEFAULT_FIELDS) the caller left unset: each takes the model's own
+    # default from its generation_config.json, where it has one (vLLM's --generation-config auto)
+    model_defaults: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0 or self.top_k == 1
+
+
+# what a model's generation_config.json may set for requests that do not
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
 @dataclass
@@ -213,6 +220,8 @@ class ModelInfo:
     # what runs the float products of decode steps: "native" (engine.runtime.cpu_linear) or
     # "torch"; quantized layers report their kernels through the quantization backend
     linear_kernels: str = "torch"
+    # the model's sampling defaults (generation_config.json), as (field, value) pairs
+    sampling_defaults: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,9 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.kv_slots import SlotAllocator
 from engine.runtime.runner import make_runner
 from engine.runtime.scheduler import Scheduler
-from engine.runtime.types import ModelInfo
+from engine.runtime.types import MODEL_DEFAULT_FIELDS, ModelInfo
+
+log = logging.getLogger(__name__)
 
 
 def context_length(config: Any) -> int | None:
@@ -33,6 +36,31 @@ def eos_ids(loaded: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
+def _valid_default(name: str, v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if name == "top_k":
+        return isinstance(v, int) and v >= 0
+    if name == "top_p":
+        return 0.0 < v <= 1.0
+    if name == "min_p":
+        return 0.0 <= v <= 1.0
+    return v > 0 if name == "repetition_penalty" else v >= 0  # temperature
+
+
+def sampling_defaults(model: Any) -> dict[str, float]:
+    """The sampling settings a model's generation_config.json sets away from transformers'
+    own defaults (what `generate` would use, and what vLLM applies to requests that leave them
+    unset); values a request could not carry are dropped."""
+    gen = getattr(model, "generation_config", None)
+    try:
+        diff = gen.to_diff_dict() if gen is not None else {}
+    except Exception:  # a malformed config must not stop the model from loading
+        log.warning("could not read the model's generation_config", exc_info=True)
+        return {}
+    return {k: diff[k] for k in MODEL_DEFAULT_FIELDS if k in diff and _valid_default(k, diff[k])}
+
+
 @dataclass(eq=False)
 class Variant:
     name: str
@@ -44,6 +72,7 @@ class Variant:
     eos: frozenset[int]
     vocab_size: int
     max_len: int
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
     draining: bool = False
 
@@ -72,12 +101,14 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
     vocab = getattr(model.config, "vocab_size", None) or len(loaded.tokenizer)
+    defaults = sampling_defaults(model)
     info = ModelInfo(
         name=name, path=str(loaded.path), architecture=loaded.architecture, dtype=loaded.dtype,
         quantization=getattr(loaded, "quantization", None), device=str(loaded.device),
         max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
         kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
-        linear_kernels=getattr(runner, "linear_kernels", "torch"))
+        linear_kernels=getattr(runner, "linear_kernels", "torch"),
+        sampling_defaults=tuple(defaults.items()))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
-                   max_len=max_len)
+                   max_len=max_len, sampling_defaults=defaults)

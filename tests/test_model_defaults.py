@@ -1,0 +1,92 @@
+"""A model's generation_config.json sampling settings (temperature, top_p, top_k, min_p,
+repetition_penalty) are the defaults of API requests that leave those fields unset, as in
+transformers' `generate` and vLLM; explicit fields win; `--generation-config none` turns it
+off. Real engine and server on stories260K with its generation config edited in memory."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from test_api_support import STORY_PROMPT, running_server
+
+from engine.runtime.types import GenerationRequest, SamplingParams
+from engine.runtime.variant import sampling_defaults
+
+pytestmark = pytest.mark.slow
+
+PENALTY = 1.3
+
+
+def _model_with(**gen):
+    from transformers import GenerationConfig
+
+    class M:
+        generation_config = GenerationConfig(**gen)
+
+    return M()
+
+
+def test_only_settings_away_from_transformers_defaults_and_valid_ones_are_taken():
+    qwen_like = _model_with(do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
+                            repetition_penalty=1.05, bos_token_id=1, max_new_tokens=64)
+    assert sampling_defaults(qwen_like) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                            "repetition_penalty": 1.05}
+    assert sampling_defaults(_model_with(bos_token_id=1, eos_token_id=2)) == {}
+    assert sampling_defaults(_model_with(do_sample=True, top_p=1.5, temperature=0.5)) == {
+        "temperature": 0.5}  # a top_p no request could carry is dropped, not applied
+    assert sampling_defaults(object()) == {}
+
+
+@pytest.fixture(scope="module")
+def engine(stories_dir):
+    from engine.models import load_model
+    from engine.runtime.config import EngineConfig
+    from engine.runtime.engine import LocalEngine
+
+    loaded = load_model(stories_dir, name="stories")
+    # greedy by default (top_k 1) and a repetition penalty: deterministic and visible
+    loaded.model.generation_config.top_k = 1
+    loaded.model.generation_config.repetition_penalty = PENALTY
+    eng = LocalEngine(EngineConfig(num_threads=1))
+    eng.add_model(loaded).result(120)
+    yield eng
+    eng.shutdown()
+
+
+def _text(engine, **params) -> str:
+    p = SamplingParams(max_tokens=32, ignore_eos=True, **params)
+    return engine.generate(GenerationRequest(prompt=STORY_PROMPT, params=p)).text
+
+
+def test_the_engine_applies_the_model_defaults_only_to_the_fields_named(engine):
+    info = engine.models()[0]
+    assert dict(info.sampling_defaults) == {"top_k": 1, "repetition_penalty": PENALTY}
+    greedy_penalized = _text(engine, temperature=0, repetition_penalty=PENALTY)
+    plain_greedy = _text(engine, temperature=0)
+    assert greedy_penalized != plain_greedy  # the penalty shows in 32 tokens of this model
+    # temperature 1 but the model's top_k 1: greedy, with the model's penalty
+    assert _text(engine, model_defaults=("top_k", "repetition_penalty")) == greedy_penalized
+    # a field the caller set is not overridden
+    assert _text(engine, temperature=0, repetition_penalty=1.0,
+                 model_defaults=("top_k",)) == plain_greedy
+
+
+@pytest.mark.parametrize("generation_config", ["auto", "none"])
+def test_the_api_uses_them_for_unset_fields(engine, generation_config):
+    greedy_penalized = _text(engine, temperature=0, repetition_penalty=PENALTY)
+    plain_greedy = _text(engine, temperature=0)
+    with running_server(engine, model_defaults=generation_config == "auto") as (_, url):
+        card = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]
+        assert card["sampling_defaults"] == {"top_k": 1, "repetition_penalty": PENALTY}
+
+        def complete(**fields) -> str:
+            r = httpx.post(url + "/v1/completions", timeout=120, json={
+                "prompt": STORY_PROMPT, "max_tokens": 32, "ignore_eos": True, **fields})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["text"]
+
+        if generation_config == "auto":
+            assert complete() == greedy_penalized  # no sampling field at all: the model's
+            assert complete(temperature=0, repetition_penalty=1.0) == plain_greedy
+        else:  # OpenAI's defaults: no penalty; greedy only when asked
+            assert complete(temperature=0) == plain_greedy
