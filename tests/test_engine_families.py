@@ -234,3 +234,25 @@ def test_without_the_native_library_the_runner_keeps_torch(monkeypatch):
     monkeypatch.undo()
     # bf16 weights are not the fp32 kernel's: the runner says so instead of half-applying it
     assert BatchedRunner(bf16, num_slots=2, max_len=64).linear_kernels == "torch"
+
+
+def test_a_head_re_laid_out_by_another_runner_is_still_read_right(monkeypatch):
+    """Two runners on one model: a "torch" runner stores the big head transposed in place
+    (use_transposed_head); the native runner built before it must not read that storage as
+    nn.Linear's layout."""
+    _needs_native()
+    import engine.runtime.runner as runner_mod
+    from engine.runtime.runner import BatchedRunner
+    from engine.runtime.scheduler import ScheduledSeq
+
+    model = _wide("qwen2").model
+    native = BatchedRunner(model, num_slots=2, max_len=64)
+    seq = _Seq(list(range(5, 25)), 0)
+    with torch.inference_mode():
+        before = native.execute([ScheduledSeq(seq, 0, len(seq.ids))], 0)
+    monkeypatch.setattr(runner_mod, "HEAD_TRANSPOSE_MIN_BYTES", 0)
+    BatchedRunner(model, num_slots=2, max_len=64, linear_kernels="torch")
+    assert not model.lm_head.weight.is_contiguous()  # the head was re-laid out
+    with torch.inference_mode():
+        after = native.execute([ScheduledSeq(seq, 0, len(seq.ids))], 0)
+    assert torch.allclose(before, after, rtol=1e-4, atol=1e-4)

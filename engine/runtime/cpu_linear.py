@@ -65,15 +65,17 @@ def linear_fn(mod: torch.nn.Module, enabled: bool) -> Linear:
     def forward(x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, k)
         m = x2.shape[0]
-        if m > max_rows or m == 0 or x2.dtype != f32:
-            return F.linear(x, mod.weight, mod.bias)
+        # the parameters are read at call time, so a load_state_dict in place stays visible,
+        # and a weight someone re-laid out since (another runner's transposed head) goes to
+        # torch rather than being read in the wrong order
+        w, bias = mod.weight, mod.bias
+        if m > max_rows or m == 0 or x2.dtype != f32 or not w.is_contiguous():
+            return F.linear(x, w, bias)
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         y = torch.empty(m, n, dtype=f32)
-        bias = mod.bias
-        # the parameters are read at call time, so a load_state_dict in place stays visible
-        fn(x2.data_ptr(), mod.weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
-           y.data_ptr(), m, n, k, get_threads())
+        fn(x2.data_ptr(), w.data_ptr(), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+           m, n, k, get_threads())
         return y.view(*x.shape[:-1], n)
 
     return forward
