@@ -55,7 +55,7 @@ def engine(stories_dir):
 
 def _text(engine, **params) -> str:
     p = SamplingParams(max_tokens=32, ignore_eos=True, **params)
-    return engine.generate(GenerationRequest(prompt=STORY_PROMPT, params=p)).text
+    return engine.submit(GenerationRequest(prompt=STORY_PROMPT, params=p)).result(120).text
 
 
 def test_the_engine_applies_the_model_defaults_only_to_the_fields_named(engine):
@@ -90,3 +90,18 @@ def test_the_api_uses_them_for_unset_fields(engine, generation_config):
             assert complete(temperature=0, repetition_penalty=1.0) == plain_greedy
         else:  # OpenAI's defaults: no penalty; greedy only when asked
             assert complete(temperature=0) == plain_greedy
+
+
+def test_a_remote_client_keeps_its_explicit_fields_and_can_ask_for_the_models(engine):
+    """The console in remote mode: what the user set explicitly is what the server runs, even
+    at a value the server would replace with the model's default if it were left out."""
+    from engine.remote.client import RemoteEngine
+
+    greedy_penalized = _text(engine, temperature=0, repetition_penalty=PENALTY)
+    plain_greedy = _text(engine, temperature=0)
+    with running_server(engine) as (_, url), RemoteEngine(url, poll_interval_s=None) as remote:
+        assert dict(remote.models()[0].sampling_defaults) == {"top_k": 1,
+                                                              "repetition_penalty": PENALTY}
+        assert _text(remote, temperature=0) == plain_greedy  # repetition_penalty 1.0 sent
+        assert _text(remote, temperature=0,
+                     model_defaults=("repetition_penalty",)) == greedy_penalized

@@ -107,6 +107,17 @@ def test_request_body_keeps_strict_servers_happy():
     assert "model" not in body
 
 
+def test_request_body_leaves_model_defaults_to_the_server_and_keeps_explicit_fields():
+    # the caller left temperature / repetition_penalty to the model: not in the body
+    _, body = request_body(GenerationRequest(prompt="hi", params=SamplingParams(
+        model_defaults=("temperature", "repetition_penalty"))), "m", {"repetition_penalty": 1.2})
+    assert "temperature" not in body and "repetition_penalty" not in body and "top_p" in body
+    # an explicit 1.0 is sent only to a server that would otherwise put its model's 1.2 there
+    explicit = GenerationRequest(prompt="hi", params=SamplingParams(repetition_penalty=1.0))
+    assert request_body(explicit, "m", {"repetition_penalty": 1.2})[1]["repetition_penalty"] == 1.0
+    assert "repetition_penalty" not in request_body(explicit, "m", {})[1]
+
+
 @pytest.fixture(scope="module")
 def keyed_server(stories_dir):
     from engine.api import ServerController

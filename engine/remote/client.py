@@ -46,6 +46,14 @@ log = logging.getLogger(__name__)
 _DEFAULTS = SamplingParams()
 
 
+def _numbers(d: Any) -> dict[str, float]:
+    """The numeric entries of a JSON object from a server (anything else is ignored)."""
+    if not isinstance(d, dict):
+        return {}
+    return {str(k): v for k, v in d.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def normalize_base_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
@@ -53,18 +61,27 @@ def normalize_base_url(url: str) -> str:
     return url.removesuffix("/v1")
 
 
-def request_body(req: GenerationRequest, model: str | None) -> tuple[str, dict[str, Any]]:
+def request_body(req: GenerationRequest, model: str | None,
+                 server_defaults: dict[str, float] | None = None) -> tuple[str, dict[str, Any]]:
     """(path, JSON body) of the streaming request for `req`. Standard OpenAI fields always;
     vLLM's extensions (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids,
-    add_special_tokens) only when they differ from the default, so strict servers still work."""
+    add_special_tokens) only when they differ from the default, so strict servers still work.
+
+    Sampling fields the caller left to the model (`params.model_defaults`) are left out, so the
+    server applies the model's values; a field the caller set is sent even at its default value
+    when the server says (`server_defaults`, from /v1/models) it would otherwise put the
+    model's value in its place."""
     sources = [x is not None for x in (req.prompt, req.prompt_token_ids, req.messages)]
     if sum(sources) != 1:
         raise InvalidRequestError("give exactly one of prompt, prompt_token_ids or messages",
                                   param="prompt")
     p = req.params
+    server_defaults = server_defaults or {}
     body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True},
-                            "max_tokens": p.max_tokens, "temperature": p.temperature,
-                            "top_p": p.top_p}
+                            "max_tokens": p.max_tokens}
+    for name in ("temperature", "top_p"):
+        if name not in p.model_defaults:
+            body[name] = getattr(p, name)
     if model:
         body["model"] = model
     for name in ("presence_penalty", "frequency_penalty"):
@@ -75,7 +92,9 @@ def request_body(req: GenerationRequest, model: str | None) -> tuple[str, dict[s
     if p.stop:
         body["stop"] = list(p.stop)
     for name in ("top_k", "min_p", "repetition_penalty", "ignore_eos"):
-        if getattr(p, name) != getattr(_DEFAULTS, name):
+        if name in p.model_defaults:
+            continue
+        if getattr(p, name) != getattr(_DEFAULTS, name) or name in server_defaults:
             body[name] = getattr(p, name)
     if p.stop_token_ids:
         body["stop_token_ids"] = list(p.stop_token_ids)
@@ -175,7 +194,7 @@ class RemoteEngine:
         if self._closed:
             raise EngineStoppedError("the remote engine client is shut down")
         model = request.model or self.model
-        path, body = request_body(request, model)
+        path, body = request_body(request, model, self._server_defaults(model))
         with self._lock:
             if request.request_id in self._streams:
                 raise InvalidRequestError(f"request id {request.request_id!r} is already in use",
@@ -297,6 +316,14 @@ class RemoteEngine:
         self._models_cache = (time.monotonic(), infos)
         return list(infos)
 
+    def _server_defaults(self, model: str | None) -> dict[str, float]:
+        """The sampling defaults the server advertised for `model` (cached /v1/models)."""
+        cached = self._models_cache
+        infos = cached[1] if cached else []
+        info = next((m for m in infos if m.name == model), infos[0] if infos and not model
+                    else None)
+        return dict(info.sampling_defaults) if info else {}
+
     def _model_info(self, card: dict) -> ModelInfo:
         def num(key: str) -> int:
             v = card.get(key)
@@ -310,7 +337,8 @@ class RemoteEngine:
                                                 else ""),
             max_context=num("max_model_len"), num_parameters=num("num_parameters"),
             weight_bytes=0, kv_bytes=0, path_kind="remote",
-            created=float(card.get("created") or 0.0))
+            created=float(card.get("created") or 0.0),
+            sampling_defaults=tuple(_numbers(card.get("sampling_defaults")).items()))
 
     def stats(self) -> EngineStats:
         with self._lock:
