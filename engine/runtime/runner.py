@@ -118,11 +118,7 @@ class BatchedRunner:
             head_layout = "nt" if head_layout == "auto" else head_layout
         self.transposed_head = use_transposed_head(model, head_layout)
         on = self.linear_kernels == "native"
-        self._calls = [
-            (cpu_linear.linear_fn(l.self_attn.q_proj, on), cpu_linear.linear_fn(l.self_attn.k_proj, on),
-             cpu_linear.linear_fn(l.self_attn.v_proj, on), cpu_linear.linear_fn(l.self_attn.o_proj, on),
-             cpu_linear.mlp_fn(l.mlp, on))
-            for l in self.layers]
+        self._calls = [self._layer_calls(layer, on) for layer in self.layers]
         self._head = cpu_linear.linear_fn(model.lm_head, on and not self.transposed_head)
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
@@ -139,6 +135,14 @@ class BatchedRunner:
                           resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
         # test-only fault injection: called with each scheduled Sequence while inputs are built
         self.fault_hook: Callable[[Sequence], None] | None = None
+
+    @staticmethod
+    def _layer_calls(layer: Any, native: bool) -> tuple:
+        """(q, k, v, o projections, MLP) of one layer: each the module or its native stand-in."""
+        a = layer.self_attn
+        projections = (a.q_proj, a.k_proj, a.v_proj, a.o_proj)
+        return (*(cpu_linear.linear_fn(p, native) for p in projections),
+                cpu_linear.mlp_fn(layer.mlp, native))
 
     def _linears(self):
         for layer in self.layers:
