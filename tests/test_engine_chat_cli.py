@@ -12,13 +12,20 @@ import time
 import pytest
 
 
+def _terminal_sigint() -> None:
+    # a user's terminal delivers Ctrl-C; a test run started in the background (`cmd &` in a
+    # script, as CI jobs often are) has SIGINT ignored, the child would inherit that, and
+    # Python then never raises KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn(stories_dir, *extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(stories_dir),
          "--device", "cpu", "--threads", "1", *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env)
+        env=env, preexec_fn=_terminal_sigint)
 
 
 class Reader:
