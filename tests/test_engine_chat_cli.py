@@ -11,21 +11,21 @@ import time
 
 import pytest
 
-
-def _terminal_sigint() -> None:
-    # a user's terminal delivers Ctrl-C; a test run started in the background (`cmd &` in a
-    # script, as CI jobs often are) has SIGINT ignored, the child would inherit that, and
-    # Python then never raises KeyboardInterrupt
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# a user's terminal delivers Ctrl-C; a test run started in the background (`cmd &` in a
+# script, as CI jobs often are) has SIGINT ignored, the child would inherit that, and Python then
+# never raises KeyboardInterrupt: the child puts Python's own handler back before it starts
+_WITH_TERMINAL_SIGINT = ("import runpy, signal; signal.signal(signal.SIGINT, "
+                         "signal.default_int_handler); runpy.run_module('engine.cli.main', "
+                         "run_name='__main__')")
 
 
 def _spawn(stories_dir, *extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(stories_dir),
+        [sys.executable, "-c", _WITH_TERMINAL_SIGINT, "chat", "--model", str(stories_dir),
          "--device", "cpu", "--threads", "1", *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env, preexec_fn=_terminal_sigint)
+        env=env)
 
 
 class Reader:
