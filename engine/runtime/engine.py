@@ -99,7 +99,7 @@ class LocalEngine:
         variant = self._resolve(request.model)
         ids = self._tokenize(variant, request)
         check_token_ids(ids, variant.vocab_size)
-        take = {k: v for k, v in variant.sampling_defaults.items() if k in params.model_defaults}
+        take = {k: v for k, v in variant.info.sampling_defaults if k in params.model_defaults}
         if take:  # validated when the model was loaded
             params = dataclasses.replace(params, **take)
         if params.max_tokens_fits and len(ids) < variant.max_len:

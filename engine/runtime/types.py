@@ -105,7 +105,7 @@ class SamplingParams:
         return self.temperature <= 0.0 or self.top_k == 1
 
 
-# what a model's generation_config.json may set for requests that do not
+# the fields a model's generation_config.json may set for requests that leave them unset
 MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -12,7 +13,13 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.kv_slots import SlotAllocator
 from engine.runtime.runner import make_runner
 from engine.runtime.scheduler import Scheduler
-from engine.runtime.types import MODEL_DEFAULT_FIELDS, ModelInfo
+from engine.runtime.types import (
+    MODEL_DEFAULT_FIELDS,
+    InvalidRequestError,
+    ModelInfo,
+    SamplingParams,
+)
+from engine.runtime.validation import normalize_params
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +43,13 @@ def eos_ids(loaded: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _valid_default(name: str, v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+def _acceptable(name: str, value: Any) -> bool:
+    """Whether a request could carry `value` for `name` (the engine's own parameter checks)."""
+    try:
+        normalize_params(dataclasses.replace(SamplingParams(), **{name: value}))
+    except InvalidRequestError:
         return False
-    if name == "top_k":
-        return isinstance(v, int) and v >= 0
-    if name == "top_p":
-        return 0.0 < v <= 1.0
-    if name == "min_p":
-        return 0.0 <= v <= 1.0
-    return v > 0 if name == "repetition_penalty" else v >= 0  # temperature
+    return True
 
 
 def sampling_defaults(model: Any) -> dict[str, float]:
@@ -58,7 +62,7 @@ def sampling_defaults(model: Any) -> dict[str, float]:
     except Exception:  # a malformed config must not stop the model from loading
         log.warning("could not read the model's generation_config", exc_info=True)
         return {}
-    return {k: diff[k] for k in MODEL_DEFAULT_FIELDS if k in diff and _valid_default(k, diff[k])}
+    return {k: diff[k] for k in MODEL_DEFAULT_FIELDS if k in diff and _acceptable(k, diff[k])}
 
 
 @dataclass(eq=False)
@@ -72,7 +76,6 @@ class Variant:
     eos: frozenset[int]
     vocab_size: int
     max_len: int
-    sampling_defaults: dict[str, float] = field(default_factory=dict)
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
     draining: bool = False
 
@@ -101,14 +104,13 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
     vocab = getattr(model.config, "vocab_size", None) or len(loaded.tokenizer)
-    defaults = sampling_defaults(model)
     info = ModelInfo(
         name=name, path=str(loaded.path), architecture=loaded.architecture, dtype=loaded.dtype,
         quantization=getattr(loaded, "quantization", None), device=str(loaded.device),
         max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
         kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
-        sampling_defaults=tuple(defaults.items()))
+        sampling_defaults=tuple(sampling_defaults(model).items()))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
-                   max_len=max_len, sampling_defaults=defaults)
+                   max_len=max_len)
