@@ -87,8 +87,12 @@ def test_load_with_progress_then_unload(window, qtbot, stories_dir):
     qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=WAIT_MS)
     assert page.table.item(0, 0).text() == "tiny"
     assert page.table.item(0, 3).text() == "float"
-    # the row says which runner and kernels serve it (stories' 64-wide layers: PyTorch's)
-    assert page.table.item(0, 4).toolTip() == "batched runner; float decode products on PyTorch"
+    # the row says which runner and kernels serve it: float32 decode steps as one native call
+    # where the kernels build, else PyTorch (stories' 64-wide products are PyTorch's either way)
+    from engine.quant.kernels import native
+    assert page.table.item(0, 4).toolTip() == (
+        "batched runner; decode steps: one native call for all layers" if native.available()
+        else "batched runner; float decode products on PyTorch")
     assert progress and max(progress) >= 0.9
     assert "tiny" in window.model_label.text() and "float32" in window.model_label.text()
     # recent list remembers the folder

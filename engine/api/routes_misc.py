@@ -28,6 +28,7 @@ def model_card(m: ModelInfo) -> dict:
         "num_parameters": m.num_parameters,
         "path_kind": m.path_kind,
         "linear_kernels": m.linear_kernels,
+        "decode_step": m.decode_step,
         # what requests that leave these fields unset get (the model's generation_config)
         "sampling_defaults": dict(m.sampling_defaults),
     }

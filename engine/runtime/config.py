@@ -18,8 +18,9 @@ class EngineConfig:
     max_model_len: int | None = None
     max_context_cap: int = 2048
     kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or a torch dtype name
-    # fp32 products of decode batches on CPU: "auto" (the native kernel when it builds,
-    # engine.runtime.cpu_linear) or "torch" (always PyTorch's BLAS)
+    # CPU decode work: "auto" (the native kernels when they build: fp32 products,
+    # engine.runtime.cpu_linear, and whole decode steps, engine.runtime.native_decode) or
+    # "torch" (PyTorch's ops and BLAS throughout)
     linear_kernels: str = "auto"
     prefix_caching: bool = True
     min_prefix_tokens: int = 4  # shorter shared prefixes are not worth a copy

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.runtime import cpu_linear
+from engine.runtime import cpu_linear, native_decode
 from engine.runtime.kv_cache import KVCache
 from engine.runtime.scheduler import ScheduledSeq
 from engine.runtime.sequence import Sequence
@@ -133,6 +133,12 @@ class BatchedRunner:
         self.max_len = max_len
         self.kv = KVCache(len(self.layers), num_slots, self.num_kv_heads, max_len, self.head_dim,
                           resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
+        # steps made only of decode rows: every layer in one native call (native_decode.py)
+        self.decode_plan, self.decode_plan_reason = (
+            native_decode.plan_for(self) if linear_kernels != "torch"
+            else (None, "PyTorch kernels requested"))
+        if self.decode_plan is None:
+            log.info("decode steps on PyTorch: %s", self.decode_plan_reason)
         # test-only fault injection: called with each scheduled Sequence while inputs are built
         self.fault_hook: Callable[[Sequence], None] | None = None
 
@@ -189,6 +195,9 @@ class BatchedRunner:
         n_tok = len(ids)
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
         pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
+        if (self.decode_plan is not None and decode_count == len(items)
+                and 0 < n_tok <= native_decode.MAX_ROWS):
+            return self._native_decode(ids_t, pos_t, slots, pos)
         slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
 
         h = self.inner.embed_tokens(ids_t)[None]  # [1, N, H]: HF modules expect a batch dim
@@ -284,6 +293,16 @@ class BatchedRunner:
         rows = torch.tensor(sample_rows, device=dev)
         last = self.inner.norm(h[0].index_select(0, rows))
         return self._head(last).float()
+
+
+    def _native_decode(self, ids_t: torch.Tensor, pos_t: torch.Tensor, slots: list[int],
+                       pos: list[int]) -> torch.Tensor:
+        """A step of decode rows only (one token per sequence, all sampling) in one native
+        call; the same result as the loop above, up to float summation order."""
+        h = self.inner.embed_tokens(ids_t).contiguous()  # [N, H] float32
+        cos, sin = self.inner.rotary_emb(h[None], pos_t[None])
+        self.decode_plan.run(h, slots, pos, cos[0], sin[0])
+        return self._head(self.inner.norm(h)).float()
 
 
 class FallbackRunner:

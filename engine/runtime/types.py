@@ -220,6 +220,9 @@ class ModelInfo:
     # what runs the float products of decode steps: "native" (engine.runtime.cpu_linear) or
     # "torch"; quantized layers report their kernels through the quantization backend
     linear_kernels: str = "torch"
+    # what runs steps made only of decode rows: "native" (every layer in one call,
+    # engine.runtime.native_decode) or "torch" (the runner's PyTorch loop)
+    decode_step: str = "torch"
     # the model's sampling defaults (generation_config.json), as (field, value) pairs
     sampling_defaults: tuple[tuple[str, float], ...] = ()
 

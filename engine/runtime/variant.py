@@ -110,6 +110,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
         kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
+        decode_step="native" if getattr(runner, "decode_plan", None) is not None else "torch",
         sampling_defaults=tuple(sampling_defaults(model).items()))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,

@@ -1,6 +1,6 @@
-"""The AVX2 kernels in cpu_gemm.c (INT8 products, and the engine's fp32 decode product): built
-with the system C compiler on first use, cached, loaded with ctypes (which releases the GIL for
-the call).
+"""The AVX2 kernels in cpu_gemm.c (INT8 products, and the engine's fp32 decode product) and
+cpu_decode.c (whole decode steps over them, which includes cpu_gemm.c): built with the system C
+compiler on first use, cached, loaded with ctypes (which releases the GIL for the call).
 
 Optional by design: without a compiler, on a CPU without AVX2/FMA, off x86-64, or with
 NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU backend keeps PyTorch's own
@@ -30,7 +30,9 @@ from engine import paths
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_gemm.c")
+# compiled as one unit: cpu_decode.c #includes cpu_gemm.c
+SOURCE = Path(__file__).with_name("cpu_decode.c")
+SOURCES = (SOURCE, Path(__file__).with_name("cpu_gemm.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 ENV_SWITCH = "NPU_CONSOLE_NATIVE_KERNELS"
 
@@ -75,7 +77,7 @@ def build() -> BuildInfo:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc or not shutil.which(cc):
         return BuildInfo(None, "no C compiler (install gcc)")
-    src = SOURCE.read_bytes()
+    src = b"".join(p.read_bytes() for p in SOURCES)
     key = hashlib.sha256(src + " ".join(FLAGS).encode() + " ".join(sorted(flags)).encode()
                          + cc.encode()).hexdigest()[:16]
     out = kernel_dir() / f"cpu_gemm-{key}.so"
@@ -123,6 +125,8 @@ def library() -> ctypes.CDLL | None:
     lib.npc_w8a8_f32.restype = _INT
     lib.npc_f32.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_f32.restype = None
+    lib.npc_decode_layers.argtypes = [_P, _P, _P, _I64, _P, _P, _P, _P, _INT]
+    lib.npc_decode_layers.restype = _INT
     return lib
 
 

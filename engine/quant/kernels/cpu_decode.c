@@ -1,0 +1,224 @@
+/* Whole decode steps of Llama-shaped decoders on CPU: every decoder layer of a step in one call
+ * from Python (engine/runtime/native_decode.py), fp32 residual stream and KV cache, with the
+ * products on the kernels of cpu_gemm.c (fp32, W8A16, W8A8; any mix).
+ *
+ * Why: the products of a batch-1 step of the Qwen2.5-0.5B shape take ~15 ms in int8 (50 in
+ * fp32), and the rest of the step - norms, rotary, the KV write, attention, residuals, as
+ * ~45 PyTorch ops per layer, plus ~170 Python-to-kernel crossings - took another 10-15 ms on
+ * the 2-core test machine, the better part of an int8 step (docs/benchmarks.md). Here that
+ * work is a few microseconds per layer.
+ *
+ * Semantics are those of engine/runtime/runner.py's BatchedRunner for decode rows: RMSNorm as
+ * Hugging Face's LlamaRMSNorm (x * rsqrt(mean(x^2) + eps) * w), optional per-head q/k RMSNorm
+ * (Qwen3), rotary embedding in the rotate-half convention with the caller's cos/sin rows, the
+ * new K/V written at [slot, kv_head, pos] before attention, single-query attention over
+ * positions 0..pos with grouped query heads, SiLU-gated MLP.
+ */
+#include "cpu_gemm.c"
+
+enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2 };
+
+typedef struct {
+    int32_t kind;      /* NPC_* */
+    int32_t per_token; /* W8A8: per-token activation scales; else static_scale */
+    float static_scale;
+    int32_t pad_;
+    const void *w;      /* [n, k] row-major, fp32 or int8 */
+    const float *scale; /* int8: per-output-channel scales [n] */
+    const float *bias;  /* [n] or NULL */
+    int64_t n, k;
+} npc_linear_t;
+
+typedef struct {
+    npc_linear_t q, k, v, o, gate, up, down;
+    const float *in_norm, *post_norm; /* [hidden] */
+    const float *q_norm, *k_norm;     /* [head_dim] or NULL */
+    float *kc, *vc;                   /* this layer's cache, [slots, kv_heads, max_len, head_dim] */
+} npc_layer_t;
+
+typedef struct {
+    int64_t hidden, heads, kv_heads, head_dim, inter, max_len;
+    float eps, qk_eps, scaling;
+    int32_t n_layers;
+} npc_model_t;
+
+/* scratch for W8A8 activation rows, sized by the caller for the widest input */
+typedef struct {
+    int16_t *q;
+    float *sx;
+} i8_scratch_t;
+
+static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
+    if (!bias) return;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
+}
+
+/* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage */
+static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
+                   const i8_scratch_t *s, int nthreads) {
+    const int64_t N = L->n, K = L->k;
+    if (L->kind == NPC_F32) {
+        const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
+        run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
+        return;
+    }
+    if (L->kind == NPC_W8A16) {
+        const gemm_t g = {x, NULL, K, (const int8_t *)L->w, NULL, L->scale, NULL, NULL, y, M, N, K};
+        run(&g, w8a16_stream, w8a16_tile_at, 2, 4 * K, nthreads);
+    } else {
+        const int64_t ldq = (K + 15) / 16 * 16;
+        quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);
+        const gemm_t g = {NULL, s->q, ldq, (const int8_t *)L->w, s->sx, L->scale, NULL, NULL,
+                          y, M, N, K};
+        run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
+    }
+    add_bias(y, L->bias, M, N);
+}
+
+static float dot(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum_ps(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* out[m] = x[m] * rsqrt(mean(x[m]^2) + eps) * w, for rows of n values; out may alias x */
+static void rmsnorm(const float *x, const float *w, float eps, float *out, int64_t rows,
+                    int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        const float inv = 1.0f / sqrtf(dot(xr, xr, n) / (float)n + eps);
+        float *o = out + r * n;
+        for (int64_t i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+/* rotate-half rotary embedding of `heads` heads of one token, in place */
+static void rope(float *x, int64_t heads, int64_t hd, const float *cos, const float *sin) {
+    const int64_t half = hd / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *v = x + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float a = v[i], b = v[i + half];
+            v[i] = a * cos[i] - b * sin[i];
+            v[i + half] = b * cos[i + half] + a * sin[i + half];
+        }
+    }
+}
+
+/* single-query attention of every (row, query head); p is per-thread scratch of max_len */
+static void attention(const npc_model_t *md, const npc_layer_t *L, const float *q, float *out,
+                      int64_t M, const int64_t *slots, const int64_t *pos, float *p_all,
+                      int nthreads) {
+    const int64_t nh = md->heads, kvh = md->kv_heads, hd = md->head_dim, ml = md->max_len;
+    const int64_t group = nh / kvh;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && M * nh > 1)
+    {
+        float *p = p_all + (int64_t)omp_get_thread_num() * ml;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < M * nh; t++) {
+            const int64_t m = t / nh, h = t % nh, g = h / group, len = pos[m] + 1;
+            const float *qh = q + (m * nh + h) * hd;
+            const int64_t base = ((slots[m] * kvh + g) * ml) * hd;
+            const float *kk = L->kc + base, *vv = L->vc + base;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < len; j++) {
+                p[j] = dot(qh, kk + j * hd, hd) * md->scaling;
+                if (p[j] > mx) mx = p[j];
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < len; j++) {
+                p[j] = expf(p[j] - mx);
+                sum += p[j];
+            }
+            float *o = out + (m * nh + h) * hd;
+            for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
+            for (int64_t j = 0; j < len; j++) {
+                const float w = p[j] / sum;
+                const float *vj = vv + j * hd;
+                int64_t i = 0;
+                const __m256 wv = _mm256_set1_ps(w);
+                for (; i + 8 <= hd; i += 8)
+                    _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vj + i),
+                                                            _mm256_loadu_ps(o + i)));
+                for (; i < hd; i++) o[i] += w * vj[i];
+            }
+        }
+    }
+}
+
+static void add_into(float *h, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] += y[i];
+}
+
+/* Every layer of a decode step: h [M, hidden] is the embedded tokens on entry and the last
+ * layer's output (before the final norm) on return. slots/pos: each row's KV slot and
+ * position; cos/sin: [M, head_dim] rotary rows. Returns 0, or -1 when scratch memory could
+ * not be allocated (nothing is written then). */
+int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h, int64_t M,
+                      const int64_t *slots, const int64_t *pos, const float *cos,
+                      const float *sin, int nthreads) {
+    const int64_t H = md->hidden, nh = md->heads, kvh = md->kv_heads, hd = md->head_dim;
+    const int64_t I = md->inter, ml = md->max_len;
+    const int64_t kmax = (H > I ? H : I) > nh * hd ? (H > I ? H : I) : nh * hd;
+    const int64_t ldq = (kmax + 15) / 16 * 16;
+    const int nt = nthreads < 1 ? 1 : nthreads;
+    const size_t floats = (size_t)(M * H            /* normed input */
+                                   + M * nh * hd * 2 /* q, attention output */
+                                   + M * kvh * hd * 2 /* k, v */
+                                   + M * (H > I ? H : I) * 2 /* products out, up */
+                                   + (int64_t)nt * ml /* attention probabilities */
+                                   + M);             /* W8A8 row scales */
+    float *buf = (float *)malloc(floats * sizeof(float));
+    int16_t *q16 = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
+    if (!buf || !q16) {
+        free(buf);
+        free(q16);
+        return -1;
+    }
+    const int64_t wide = H > I ? H : I;
+    float *x = buf, *q = x + M * H, *att = q + M * nh * hd, *k = att + M * nh * hd,
+          *v = k + M * kvh * hd, *y = v + M * kvh * hd, *u = y + M * wide, *p = u + M * wide,
+          *sx = p + (int64_t)nt * ml;
+    const i8_scratch_t s = {q16, sx};
+
+    for (int li = 0; li < md->n_layers; li++) {
+        const npc_layer_t *L = layers + li;
+        rmsnorm(h, L->in_norm, md->eps, x, M, H);
+        linear(&L->q, x, q, M, &s, nt);
+        linear(&L->k, x, k, M, &s, nt);
+        linear(&L->v, x, v, M, &s, nt);
+        if (L->q_norm) rmsnorm(q, L->q_norm, md->qk_eps, q, M * nh, hd);
+        if (L->k_norm) rmsnorm(k, L->k_norm, md->qk_eps, k, M * kvh, hd);
+        for (int64_t m = 0; m < M; m++) {
+            rope(q + m * nh * hd, nh, hd, cos + m * hd, sin + m * hd);
+            rope(k + m * kvh * hd, kvh, hd, cos + m * hd, sin + m * hd);
+            for (int64_t g = 0; g < kvh; g++) {
+                const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
+                for (int64_t i = 0; i < hd; i++) {
+                    L->kc[at + i] = k[(m * kvh + g) * hd + i];
+                    L->vc[at + i] = v[(m * kvh + g) * hd + i];
+                }
+            }
+        }
+        attention(md, L, q, att, M, slots, pos, p, nt);
+        linear(&L->o, att, y, M, &s, nt);
+        add_into(h, y, M * H);
+        rmsnorm(h, L->post_norm, md->eps, x, M, H);
+        linear(&L->gate, x, y, M, &s, nt);
+        linear(&L->up, x, u, M, &s, nt);
+        for (int64_t i = 0; i < M * I; i++) {
+            const float g = y[i];
+            u[i] *= g / (1.0f + expf(-g));
+        }
+        linear(&L->down, u, y, M, &s, nt);
+        add_into(h, y, M * H);
+    }
+    free(buf);
+    free(q16);
+    return 0;
+}

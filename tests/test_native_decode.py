@@ -1,0 +1,163 @@
+"""Whole decode steps in one native call (engine.runtime.native_decode): the same logits and KV
+rows as the runner's PyTorch loop for every family of the batched path and every int8 method,
+with sequences of different lengths in scattered slots; and the plan says why when it cannot
+run a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_engine_families import _needs_native, _Seq, _wide, tiny
+
+from engine.runtime.runner import BatchedRunner
+from engine.runtime.scheduler import ScheduledSeq
+
+
+@pytest.fixture(autouse=True)
+def _native():
+    _needs_native()
+
+
+def _decode_both(model, steps: int = 4, num_slots: int = 8):
+    """Prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
+    native step and one without, then decode `steps` greedy steps through each (both fed the
+    PyTorch runner's tokens). Returns [(native logits, torch logits)] and the runners."""
+    native = BatchedRunner(model, num_slots=num_slots, max_len=96)
+    torch_ = BatchedRunner(model, num_slots=num_slots, max_len=96, linear_kernels="torch")
+    assert native.decode_plan is not None, native.decode_plan_reason
+    assert torch_.decode_plan is None
+    g = torch.Generator().manual_seed(7)
+    vocab = model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (1, 5, 17, 40, 9, 2)]
+    slots = [6, 1, 4, 0, 7, 3]
+    seqs = {k: [_Seq(list(p), s) for p, s in zip(prompts, slots)] for k in ("native", "torch")}
+    out = []
+    with torch.inference_mode():
+        for kind, runner in (("native", native), ("torch", torch_)):
+            for s in seqs[kind]:  # prefills run the PyTorch loop in both
+                runner.execute([ScheduledSeq(s, 0, len(s.ids))], 0)
+        for _ in range(steps):
+            step = {}
+            for kind, runner in (("native", native), ("torch", torch_)):
+                items = [ScheduledSeq(s, len(s.ids) - 1, 1) for s in seqs[kind]]
+                step[kind] = runner.execute(items, len(items))
+            out.append((step["native"], step["torch"]))
+            nxt = step["torch"].argmax(-1).tolist()
+            for group in seqs.values():
+                for s, t in zip(group, nxt):
+                    s.ids.append(t)
+    return out, native, torch_
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+def test_native_step_equals_the_pytorch_loop(family):
+    """Llama (GQA), Qwen2 with non-zero q/k/v biases, Qwen3 with per-head q/k norms, Mistral;
+    logits and the KV rows each step wrote."""
+    model = (_wide(family) if family == "qwen2" else tiny(family)).model
+    out, native, torch_ = _decode_both(model)
+    for a, b in out:
+        assert a.shape == b.shape == (6, model.config.vocab_size)
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+    assert torch.allclose(native.kv.k, torch_.kv.k, atol=1e-5)
+    assert torch.allclose(native.kv.v, torch_.kv.v, atol=1e-5)
+
+
+def _quantized(method: str):
+    from engine.quant.apply import prepare_for_serving, quantize_model
+    from engine.quant.calib import collect_stats
+    from engine.quant.config import QuantConfig, select_layers
+
+    model = _wide("qwen2").model
+    cfg = QuantConfig(method=method, smoothquant=0.5 if method == "w8a8-static" else None)
+    stats = None
+    if cfg.needs_calibration:
+        g = torch.Generator().manual_seed(2)
+        data = [torch.randint(3, 300, (1, 32), generator=g) for _ in range(4)]
+        stats = collect_stats(model, data, select_layers(model, cfg).quantize)
+    quantize_model(model, cfg, stats)
+    prepare_for_serving(model)
+    return model
+
+
+@pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic", "w8a8-static"])
+def test_native_step_runs_int8_layers_like_the_pytorch_loop(method):
+    """Both paths run the same exact integer products; what differs is float summation order
+    in norms and attention. W8A16 therefore agrees to float precision; W8A8 rounds activations
+    to int8, where such a difference can move a value across a rounding boundary, so it is held
+    to a share of one quantization step and the same greedy tokens."""
+    model = _quantized(method)
+    out, _, _ = _decode_both(model)
+    for a, b in out:
+        if method == "w8a16":
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+        else:
+            assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
+    """A step with a prefill chunk beside a decode row runs the PyTorch loop, in a runner whose
+    earlier decode-only steps ran natively (in other slots), with the reference's results."""
+    model = tiny("qwen2").model
+    _, native, _ = _decode_both(model, steps=2)
+    seq = _Seq(list(range(5, 30)), 2)
+    other = _Seq(list(range(7, 12)), 5)
+    with torch.inference_mode():
+        native.execute([ScheduledSeq(other, 0, len(other.ids))], 0)
+        mixed = native.execute([ScheduledSeq(other, len(other.ids) - 1, 1),
+                                ScheduledSeq(seq, 0, len(seq.ids))], 1)
+        ref = BatchedRunner(model, num_slots=8, max_len=96, linear_kernels="torch")
+        ref.execute([ScheduledSeq(other, 0, len(other.ids))], 0)
+        expect = ref.execute([ScheduledSeq(other, len(other.ids) - 1, 1),
+                              ScheduledSeq(seq, 0, len(seq.ids))], 1)
+    assert torch.allclose(mixed, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_the_plan_says_why_it_does_not_apply(monkeypatch):
+    from engine.quant.apply import quantize_model
+    from engine.quant.config import QuantConfig
+    from engine.quant.kernels import native
+    from engine.runtime import native_decode
+
+    def reason(model, **kw):
+        runner = BatchedRunner(model, num_slots=2, max_len=32, **kw)
+        assert runner.decode_plan is None
+        return runner.decode_plan_reason
+
+    llama = tiny("llama").model
+    assert "float parts in bfloat16" in reason(tiny("llama").model.to(torch.bfloat16))
+    assert "KV cache is not float32" in reason(llama, kv_dtype="bfloat16")
+    assert "PyTorch kernels requested" in reason(llama, linear_kernels="torch")
+    grouped = tiny("llama").model
+    quantize_model(grouped, QuantConfig(method="w8a16", group_size=32))
+    assert "per-group" in reason(grouped)
+    monkeypatch.setattr(native, "library", lambda: None)
+    assert "native kernels unavailable" in reason(llama)
+    monkeypatch.undo()
+    assert native_decode.plan_for(BatchedRunner(llama, num_slots=2, max_len=32))[0] is not None
+
+
+def test_the_engine_reports_the_native_step_and_serves_greedy_tokens_of_generate():
+    """Through LocalEngine: the model card says "native", and greedy tokens equal generate's
+    for requests decoding together."""
+    from engine.runtime import EngineConfig, LocalEngine
+    from engine.runtime.types import GenerationRequest, SamplingParams
+
+    loaded = _wide("llama")
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (3, 11, 26, 7)]
+    eng = LocalEngine(EngineConfig(num_threads=1))
+    try:
+        info = eng.add_model(loaded).result(60)
+        hs = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
+            max_tokens=16, temperature=0, ignore_eos=True))) for p in prompts]
+        res = [h.result(60) for h in hs]
+    finally:
+        eng.shutdown()
+    assert info.decode_step == "native"
+    for p, r in zip(prompts, res):
+        with torch.inference_mode():
+            out = loaded.model.generate(torch.tensor([p]), max_new_tokens=16, min_new_tokens=16,
+                                        do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert list(r.token_ids) == out[0, len(p):].tolist()
