@@ -3,8 +3,9 @@ engine/quant/kernels/cpu_decode.c): norms, q/k/v, rotary, KV write, attention, o
 residuals of every layer, with the products on our fp32 / W8A16 / W8A8 kernels.
 
 Why: in a batch-1 decode step of the Qwen2.5-0.5B shape the work around the products (~45
-PyTorch ops per layer and ~170 Python-to-kernel crossings) cost 10-15 ms on the 2-core test
-machine: a tenth of an fp32 step, over a third of an int8 one (docs/benchmarks.md). BatchedRunner
+PyTorch ops per layer and ~170 Python-to-kernel crossings) cost 15-20 ms on the 2-core test
+machine: a fifth of an fp32 step, over a third of an int8 one; the native step takes 70 ms
+instead of 90 in fp32, 27 instead of 42 with int8 layers and head (docs/benchmarks.md). BatchedRunner
 uses this for steps made only of decode rows; prefill chunks, and models or devices it does not
 cover, keep the PyTorch path, which stays the reference the tests compare it against.
 

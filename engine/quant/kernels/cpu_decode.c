@@ -2,11 +2,11 @@
  * from Python (engine/runtime/native_decode.py), fp32 residual stream and KV cache, with the
  * products on the kernels of cpu_gemm.c (fp32, W8A16, W8A8; any mix).
  *
- * Why: the products of a batch-1 step of the Qwen2.5-0.5B shape take ~15 ms in int8 (50 in
+ * Why: the products of a batch-1 step of the Qwen2.5-0.5B shape take ~25 ms in int8 (65 in
  * fp32), and the rest of the step - norms, rotary, the KV write, attention, residuals, as
- * ~45 PyTorch ops per layer, plus ~170 Python-to-kernel crossings - took another 10-15 ms on
- * the 2-core test machine, the better part of an int8 step (docs/benchmarks.md). Here that
- * work is a few microseconds per layer.
+ * ~45 PyTorch ops per layer, plus ~170 Python-to-kernel crossings - took another 15-20 ms on
+ * the 2-core test machine (docs/benchmarks.md). Here that work is a few microseconds per
+ * layer.
  *
  * Semantics are those of engine/runtime/runner.py's BatchedRunner for decode rows: RMSNorm as
  * Hugging Face's LlamaRMSNorm (x * rsqrt(mean(x^2) + eps) * w), optional per-head q/k RMSNorm
