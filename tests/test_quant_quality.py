@@ -16,15 +16,18 @@ from engine.quant.apply import quantize_model
 from engine.quant.config import QuantConfig, select_layers
 
 # (method, SmoothQuant alpha, max perplexity increase %, min teacher-forced top-1 agreement,
-# min free-running greedy agreement).
+# min free-running greedy agreement on the hand-written prompts).
 # Free-running greedy agreement on these tiny models (hidden 64 / 256) is decided by where a
-# near-tie flips (float top-2 margins of 0.002-0.08 logits at the divergences): the float
-# model itself cast to bf16 agrees with fp32 at 0.744 on stories260K, and the same exact
-# integer math with a different float summation order moved w8a8-static from 0.550 to 0.503
-# (docs/benchmarks.md). So it is only a regression guard here; the quality bars are
-# perplexity and top-1 agreement, which bf16 meets at 0.984.
+# near-tie flips (float top-2 margins of 0.002-0.08 logits at the divergences), so it depends
+# on the prompts. stories260K is measured on two sets of 20: the hand-written PROMPTS, which
+# lead this 260 K-parameter model into near-ties (the float model cast to bf16 agrees with
+# fp32 at only 0.744 there; a regression guard, last column), and prompts drawn from the
+# held-out distribution (BOS + the first 6 tokens of stories sampled from the float model,
+# seed 3, like the held-out text), where the issue's 0.90 bar is held (bf16: 0.984; other
+# seeds in docs/benchmarks.md).
 BARS = [("w8a16", None, 0.3, 0.985, 0.80), ("w8a8-dynamic", None, 0.6, 0.98, 0.70),
         ("w8a8-static", 0.8, 1.0, 0.965, 0.55)]
+ISSUE_AGREEMENT = 0.90  # greedy agreement over the first 32 tokens of 20 prompts
 
 
 def _quantize(model, method, alpha, samples):
@@ -42,10 +45,13 @@ def stories(stories_dir):
     held = sampled_ids(str(stories_dir), 1, 8, 200).reshape(-1)
     cal = [r.unsqueeze(0) for r in sampled_ids(str(stories_dir), 2, 16, 128)]
     prompts = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    held_prompts = [r[:7].tolist() for r in sampled_ids(str(stories_dir), 3, 20, 8)]
     with torch.inference_mode():
         base = ev.perplexity(model, held, window=256, stride=128).perplexity
         ref = [ev.greedy_tokens(model, p, 32) for p in prompts]
-    return {"held": held, "cal": cal, "prompts": prompts, "base": base, "ref": ref}
+        held_ref = [ev.greedy_tokens(model, p, 32) for p in held_prompts]
+    return {"held": held, "cal": cal, "prompts": prompts, "base": base, "ref": ref,
+            "held_prompts": held_prompts, "held_ref": held_ref}
 
 
 @pytest.mark.slow
@@ -59,9 +65,13 @@ def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_
     got = [ev.greedy_tokens(model, p, 32) for p in stories["prompts"]]
     agree = ev.greedy_agreement(stories["ref"], got)
     top1 = ev.top1_agreement(model, stories["prompts"], stories["ref"])
-    print(f"stories {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f}, top-1 {top1:.3f}")
+    held_agree = ev.greedy_agreement(
+        stories["held_ref"], [ev.greedy_tokens(model, p, 32) for p in stories["held_prompts"]])
+    print(f"stories {method}: ppl {delta:+.3f}%, greedy agreement {agree:.3f} (hand-written "
+          f"prompts), {held_agree:.3f} (held-out prompts), top-1 {top1:.3f}")
     assert top1 >= min_top1
     assert agree >= min_agree
+    assert held_agree >= ISSUE_AGREEMENT
 
 
 @pytest.mark.slow
