@@ -187,6 +187,7 @@ def test_native_decode_products_keep_greedy_tokens(family):
     finally:
         eng.shutdown()
     assert info.linear_kernels == "native"
+    assert info.decode_step == "native"  # decode-only steps: one native call (native_decode.py)
     model = loaded.model
     assert model.lm_head.weight.is_contiguous()  # kept as nn.Linear stores it
     assert not any("forward" in vars(m) for m in model.modules())

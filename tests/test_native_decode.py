@@ -1,7 +1,8 @@
 """Whole decode steps in one native call (engine.runtime.native_decode): the same logits and KV
 rows as the runner's PyTorch loop for every family of the batched path and every int8 method,
 with sequences of different lengths in scattered slots; and the plan says why when it cannot
-run a model."""
+run a model. Through the engine (greedy tokens equal generate's, the model card says "native"):
+test_engine_families.test_native_decode_products_keep_greedy_tokens."""
 
 from __future__ import annotations
 
@@ -137,27 +138,3 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
     monkeypatch.undo()
     assert native_decode.plan_for(BatchedRunner(llama, num_slots=2, max_len=32))[0] is not None
 
-
-def test_the_engine_reports_the_native_step_and_serves_greedy_tokens_of_generate():
-    """Through LocalEngine: the model card says "native", and greedy tokens equal generate's
-    for requests decoding together."""
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
-
-    loaded = _wide("llama")
-    g = torch.Generator().manual_seed(9)
-    prompts = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (3, 11, 26, 7)]
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    try:
-        info = eng.add_model(loaded).result(60)
-        hs = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
-            max_tokens=16, temperature=0, ignore_eos=True))) for p in prompts]
-        res = [h.result(60) for h in hs]
-    finally:
-        eng.shutdown()
-    assert info.decode_step == "native"
-    for p, r in zip(prompts, res):
-        with torch.inference_mode():
-            out = loaded.model.generate(torch.tensor([p]), max_new_tokens=16, min_new_tokens=16,
-                                        do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert list(r.token_ids) == out[0, len(p):].tolist()
