@@ -337,14 +337,17 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
             finishes = []
             for h in handles:
                 while True:
+                    # checked before each wait too: a batch the engine finishes within one
+                    # wait (a tiny model) is still dropped once cancel is set
+                    if cancel.is_set():
+                        for x in handles:
+                            x.cancel()
+                        return None
                     try:
                         finishes.append(h.result(timeout=0.2).finish)
                         break
                     except TimeoutError:
-                        if cancel.is_set():
-                            for x in handles:
-                                x.cancel()
-                            return None
+                        pass
             return finishes
 
         say(0.12, "warm-up")
