@@ -294,7 +294,6 @@ class BatchedRunner:
         last = self.inner.norm(h[0].index_select(0, rows))
         return self._head(last).float()
 
-
     def _native_decode(self, ids_t: torch.Tensor, pos_t: torch.Tensor, slots: list[int],
                        pos: list[int]) -> torch.Tensor:
         """A step of decode rows only (one token per sequence, all sampling) in one native
