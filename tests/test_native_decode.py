@@ -133,6 +133,10 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
     grouped = tiny("llama").model
     quantize_model(grouped, QuantConfig(method="w8a16", group_size=32))
     assert "per-group" in reason(grouped)
+    pinned = tiny("llama").model
+    quantize_model(pinned, QuantConfig(method="w8a16"))
+    pinned.model.layers[1].mlp.down_proj.backend = "reference"
+    assert "pinned to the 'reference' backend" in reason(pinned)
     monkeypatch.setattr(native, "library", lambda: None)
     assert "native kernels unavailable" in reason(llama)
     monkeypatch.undo()

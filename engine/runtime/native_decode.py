@@ -81,6 +81,8 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
         raise Unsupported(f"{name} layers have no native kernel")
     if mod.group_size:
         raise Unsupported("per-group int8 scales have no native kernel")
+    if mod.backend != "auto":  # a test or a user pinned this layer's kernel: honour it
+        raise Unsupported(f"an int8 layer is pinned to the {mod.backend!r} backend")
     w = mod.weight
     if w.dtype != torch.int8 or w.device.type != "cpu" or tuple(w.shape) != (n, k) \
             or not w.is_contiguous():
