@@ -14,6 +14,7 @@ import time
 
 import httpx
 import pytest
+from fakes.slow_steps import slowed_steps
 from test_api_support import default_engine, sse_events
 
 from engine.api import (
@@ -129,12 +130,8 @@ def test_stop_lets_a_short_stream_finish(engine):
 
 
 def test_stop_cancels_streams_after_the_grace_period(engine):
-    # the test model decodes 450 tokens in well under a second: each step is slowed to 10 ms
-    # (through the runner's test hook) so that the stream outlives the grace period
-    runners = [v.runner for v in engine._variants.values()]
-    for r in runners:
-        r.fault_hook = lambda seq: time.sleep(0.01)
-    try:
+    # 10 ms per step: the stream outlives the grace period (fakes/slow_steps.py)
+    with slowed_steps(engine):
         controller = ServerController(engine)
         url = controller.start("127.0.0.1", 0)
         events, ready = [], threading.Event()
@@ -144,9 +141,6 @@ def test_stop_cancels_streams_after_the_grace_period(engine):
         controller.stop(grace_s=0.3)
         took = time.monotonic() - t0
         client.join(30)
-    finally:
-        for r in runners:
-            r.fault_hook = None
     assert events[-1] == "[DONE]"  # ended cleanly, not cut
     assert events[-2]["choices"][0]["finish_reason"] == "cancelled"
     assert took < 10

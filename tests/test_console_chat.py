@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from fakes.slow_steps import slowed_steps
 from PySide6.QtCore import Qt
 
 from console.testing import make_window, model_names
@@ -84,11 +85,13 @@ def test_send_streams_tokens_and_shows_stats(window, chat, qtbot):
 
 def test_stop_aborts_in_the_engine(window, chat, qtbot):
     chat.sampling.max_tokens.setValue(400)
-    ids = chat.send("Tell me a long story about a dog")
-    assert len(ids) == 1
-    qtbot.waitUntil(lambda: bool(chat.conv.panes[0].messages[-1].content), timeout=WAIT_MS)
-    qtbot.keyClick(chat.input, Qt.Key_Escape)  # Esc stops
-    _wait_done(qtbot, chat)
+    # 10 ms per step: the reply is still streaming when Esc lands (fakes/slow_steps.py)
+    with slowed_steps(window.ctx.bridge.engine):
+        ids = chat.send("Tell me a long story about a dog")
+        assert len(ids) == 1
+        qtbot.waitUntil(lambda: bool(chat.conv.panes[0].messages[-1].content), timeout=WAIT_MS)
+        qtbot.keyClick(chat.input, Qt.Key_Escape)  # Esc stops
+        _wait_done(qtbot, chat)
     stats = chat.conv.panes[0].messages[-1].stats
     assert stats["finish"] == "cancelled"
     assert stats["completion_tokens"] < 400

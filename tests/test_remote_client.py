@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from fakes.slow_steps import slowed_steps
 
 from engine.remote import RemoteAuthError, RemoteConnectionError, RemoteEngine
 from engine.remote.client import request_body
@@ -135,7 +136,9 @@ def keyed_server(stories_dir):
 @pytest.mark.slow
 def test_stats_follow_the_servers_metrics(keyed_server):
     engine, url = keyed_server
-    with RemoteEngine(url, api_key="sekret", poll_interval_s=0.1) as remote:
+    # 10 ms per step: the two requests are still running when stats are polled and they are
+    # cancelled (fakes/slow_steps.py)
+    with slowed_steps(engine), RemoteEngine(url, api_key="sekret", poll_interval_s=0.1) as remote:
         params = SamplingParams(max_tokens=500, ignore_eos=True)
         handles = [remote.submit(GenerationRequest(prompt="Once", params=params))
                    for _ in range(2)]
