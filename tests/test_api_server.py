@@ -116,14 +116,22 @@ def _open_stream(url: str, max_tokens: int, events: list, ready: threading.Event
     return t
 
 
-def test_stop_lets_a_short_stream_finish(engine):
+def _stream_then_stop(engine, max_tokens: int, grace_s: float) -> tuple[list, float]:
+    """Open one stream, stop the server once it flows; (its events, seconds stop() took)."""
     controller = ServerController(engine)
     url = controller.start("127.0.0.1", 0)
     events, ready = [], threading.Event()
-    client = _open_stream(url, 40, events, ready)
+    client = _open_stream(url, max_tokens, events, ready)
     assert ready.wait(30)
-    controller.stop(grace_s=30.0)
+    t0 = time.monotonic()
+    controller.stop(grace_s=grace_s)
+    took = time.monotonic() - t0
     client.join(30)
+    return events, took
+
+
+def test_stop_lets_a_short_stream_finish(engine):
+    events, _ = _stream_then_stop(engine, 40, grace_s=30.0)
     assert events[-1] == "[DONE]"
     assert events[-2]["choices"][0]["finish_reason"] == "length"
     assert "".join(e["choices"][0]["text"] for e in events[:-1])
@@ -132,15 +140,7 @@ def test_stop_lets_a_short_stream_finish(engine):
 def test_stop_cancels_streams_after_the_grace_period(engine):
     # 10 ms per step: the stream outlives the grace period (fakes/slow_steps.py)
     with slowed_steps(engine):
-        controller = ServerController(engine)
-        url = controller.start("127.0.0.1", 0)
-        events, ready = [], threading.Event()
-        client = _open_stream(url, 450, events, ready)
-        assert ready.wait(30)
-        t0 = time.monotonic()
-        controller.stop(grace_s=0.3)
-        took = time.monotonic() - t0
-        client.join(30)
+        events, took = _stream_then_stop(engine, 450, grace_s=0.3)
     assert events[-1] == "[DONE]"  # ended cleanly, not cut
     assert events[-2]["choices"][0]["finish_reason"] == "cancelled"
     assert took < 10
