@@ -343,10 +343,10 @@ class ModelsPage(Page):
             values = (m.name, m.architecture, m.dtype, m.quantization or "float", m.device,
                       f"{m.num_parameters / 1e6:,.2f} M", fmt_bytes(m.weight_bytes),
                       fmt_bytes(m.kv_bytes))
-            kernels = "the native AVX2 kernel" if m.linear_kernels == "native" else "PyTorch"
             if m.decode_step == "native":
                 tip = f"{m.path_kind} runner; decode steps: one native call for all layers"
             else:
+                kernels = "the native AVX2 kernel" if m.linear_kernels == "native" else "PyTorch"
                 tip = f"{m.path_kind} runner; float decode products on {kernels}"
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)

@@ -117,12 +117,13 @@ class DecodePlan:
     keep: list  # the tensors the descriptors point into, kept alive with them
     fn: Any
 
-    def run(self, h: torch.Tensor, slots: list[int], pos: list[int], cos: torch.Tensor,
+    def run(self, h: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor) -> None:
-        """Every layer of a decode step, in place on h [M, hidden] (fp32, contiguous)."""
+        """Every layer of a decode step, in place on h [M, hidden] (fp32, contiguous); slots
+        and pos: int64 [M], each row's KV slot and position."""
         m = h.shape[0]
-        slots_t = torch.tensor(slots, dtype=torch.int64)
-        pos_t = torch.tensor(pos, dtype=torch.int64)
+        slots_t = slots.to(torch.int64).contiguous()
+        pos_t = pos.to(torch.int64).contiguous()
         cos = cos.contiguous()
         sin = sin.contiguous()
         if self.fn(ctypes.byref(self.model), self.layers, h.data_ptr(), m, slots_t.data_ptr(),

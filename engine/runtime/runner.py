@@ -197,7 +197,7 @@ class BatchedRunner:
         pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
         if (self.decode_plan is not None and decode_count == len(items)
                 and 0 < n_tok <= native_decode.MAX_ROWS):
-            return self._native_decode(ids_t, pos_t, slots, pos)
+            return self._native_decode(ids_t, pos_t, torch.tensor(slots))
         slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
 
         h = self.inner.embed_tokens(ids_t)[None]  # [1, N, H]: HF modules expect a batch dim
@@ -294,13 +294,13 @@ class BatchedRunner:
         last = self.inner.norm(h[0].index_select(0, rows))
         return self._head(last).float()
 
-    def _native_decode(self, ids_t: torch.Tensor, pos_t: torch.Tensor, slots: list[int],
-                       pos: list[int]) -> torch.Tensor:
+    def _native_decode(self, ids_t: torch.Tensor, pos_t: torch.Tensor,
+                       slot_t: torch.Tensor) -> torch.Tensor:
         """A step of decode rows only (one token per sequence, all sampling) in one native
         call; the same result as the loop above, up to float summation order."""
         h = self.inner.embed_tokens(ids_t).contiguous()  # [N, H] float32
         cos, sin = self.inner.rotary_emb(h[None], pos_t[None])
-        self.decode_plan.run(h, slots, pos, cos[0], sin[0])
+        self.decode_plan.run(h, slot_t, pos_t, cos[0], sin[0])
         return self._head(self.inner.norm(h)).float()
 
 

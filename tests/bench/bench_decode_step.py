@@ -71,7 +71,7 @@ def measure(model, variant: str, batch: int, steps: int) -> dict:
         layers, head = [], []
         for _ in range(steps):
             t = time.perf_counter()
-            plan.run(h.clone(), list(range(batch)), [48] * batch, cos[0], sin[0])
+            plan.run(h.clone(), torch.arange(batch), pos, cos[0], sin[0])
             layers.append(time.perf_counter() - t)
             t = time.perf_counter()
             runner._head(runner.inner.norm(h))

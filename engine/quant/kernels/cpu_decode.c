@@ -54,17 +54,17 @@ static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
         for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
-/* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage */
+/* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the FMA
+ * products add the bias in their epilogue, the integer one after it */
 static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
                    const i8_scratch_t *s, int nthreads) {
     const int64_t N = L->n, K = L->k;
     if (L->kind == NPC_F32) {
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
         run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
-        return;
-    }
-    if (L->kind == NPC_W8A16) {
-        const gemm_t g = {x, NULL, K, (const int8_t *)L->w, NULL, L->scale, NULL, NULL, y, M, N, K};
+    } else if (L->kind == NPC_W8A16) {
+        const gemm_t g = {x, NULL, K, (const int8_t *)L->w, NULL, L->scale, NULL, L->bias, y,
+                          M, N, K};
         run(&g, w8a16_stream, w8a16_tile_at, 2, 4 * K, nthreads);
     } else {
         const int64_t ldq = (K + 15) / 16 * 16;
@@ -72,8 +72,8 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         const gemm_t g = {NULL, s->q, ldq, (const int8_t *)L->w, s->sx, L->scale, NULL, NULL,
                           y, M, N, K};
         run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
+        add_bias(y, L->bias, M, N);
     }
-    add_bias(y, L->bias, M, N);
 }
 
 static float dot(const float *a, const float *b, int64_t n) {
@@ -164,15 +164,16 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
                       const float *sin, int nthreads) {
     const int64_t H = md->hidden, nh = md->heads, kvh = md->kv_heads, hd = md->head_dim;
     const int64_t I = md->inter, ml = md->max_len;
-    const int64_t kmax = (H > I ? H : I) > nh * hd ? (H > I ? H : I) : nh * hd;
+    const int64_t wide = H > I ? H : I;              /* widest product output */
+    const int64_t kmax = wide > nh * hd ? wide : nh * hd; /* widest product input */
     const int64_t ldq = (kmax + 15) / 16 * 16;
     const int nt = nthreads < 1 ? 1 : nthreads;
-    const size_t floats = (size_t)(M * H            /* normed input */
-                                   + M * nh * hd * 2 /* q, attention output */
+    const size_t floats = (size_t)(M * H             /* normed input */
+                                   + M * nh * hd * 2  /* q, attention output */
                                    + M * kvh * hd * 2 /* k, v */
-                                   + M * (H > I ? H : I) * 2 /* products out, up */
+                                   + M * wide * 2     /* products out, up */
                                    + (int64_t)nt * ml /* attention probabilities */
-                                   + M);             /* W8A8 row scales */
+                                   + M);              /* W8A8 row scales */
     float *buf = (float *)malloc(floats * sizeof(float));
     int16_t *q16 = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
     if (!buf || !q16) {
@@ -180,7 +181,6 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
         free(q16);
         return -1;
     }
-    const int64_t wide = H > I ? H : I;
     float *x = buf, *q = x + M * H, *att = q + M * nh * hd, *k = att + M * nh * hd,
           *v = k + M * kvh * hd, *y = v + M * kvh * hd, *u = y + M * wide, *p = u + M * wide,
           *sx = p + (int64_t)nt * ml;
