@@ -111,6 +111,17 @@ def test_greedy_rows_take_the_argmax():
     assert not errs and toks == logits.argmax(-1).tolist()
 
 
+def test_greedy_rows_break_ties_and_nans_as_torch_does():
+    logits = torch.randn(4, 151936)
+    logits[0, [70, 90000]] = 50.0  # a tie: the first one
+    logits[1, 123] = float("nan")  # NaN counts as the maximum
+    logits[2, -1] = 60.0
+    params = [SamplingParams(temperature=0)] * 3 + [SamplingParams(temperature=1.0, seed=1)]
+    with torch.inference_mode():  # as the engine calls it
+        toks, errs = sample(logits, seqs_for(*params))
+    assert not errs and toks[:3] == logits[:3].argmax(-1).tolist() == [70, 123, 151935]
+
+
 def test_seeded_sampling_is_independent_of_batch_composition():
     torch.manual_seed(0)
     row = torch.randn(1, 200)

