@@ -9,6 +9,13 @@ Each variant runs in its own process so that peak RSS belongs to it alone:
 `--rounds N` runs the whole list N times, variants interleaved, and reports each number's
 median (the engine path already takes the median of 3 runs within a process).
 
+`--paired` (speed only) builds every variant in one process and serves them from one engine,
+in turns, and reports median per-round ratios: the figure to quote for "x fp32" / "x bf16"
+on a VM whose speed drifts between processes:
+
+    python tests/bench/bench_quant.py --paired --rounds 7 --new-tokens 64 \
+        --variants fp32,bf16,w8a16+head@fp32,w8a8-dynamic+head@fp32
+
 A variant is fp32, bf16 or METHOD[+head][@fp32]: `+head` also stores lm_head and the embedding
 in int8 (QuantConfig.int8_head), `@fp32` keeps the float parts in float32 instead of bfloat16.
 
@@ -40,33 +47,51 @@ def build_model(dtype: str):
     return AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype)).eval()
 
 
+def _loaded(model, name: str):
+    """A LoadedModel around an in-memory model, as the engine serves it."""
+    from pathlib import Path
+
+    from engine.bench.random_model import word_tokenizer
+    from engine.models.loader import LoadedModel
+
+    return LoadedModel(name=name, path=Path("/nonexistent"), model=model,
+                       tokenizer=word_tokenizer(model.config.vocab_size), config=model.config,
+                       device="cpu", dtype=str(next(model.parameters()).dtype).split(".")[-1],
+                       architecture="Qwen2ForCausalLM",
+                       quantization=getattr(getattr(model, "npu_quant", None), "method", None))
+
+
+def _engine(threads: int):
+    from engine.runtime import EngineConfig, LocalEngine
+
+    return LocalEngine(EngineConfig(max_running=8, num_threads=threads, prefix_caching=False,
+                                    max_context_cap=512))
+
+
+def _generate(eng, vocab: int, g, batch: int, n: int, model: str | None = None):
+    """`batch` greedy requests of n tokens after random 32-token prompts; their finish events."""
+    import torch
+
+    from engine.runtime.types import GenerationRequest, SamplingParams
+
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    hs = [eng.submit(GenerationRequest(
+        prompt_token_ids=torch.randint(3, vocab, (32,), generator=g).tolist(), params=params,
+        model=model)) for _ in range(batch)]
+    return [h.result(timeout=1800).finish for h in hs]
+
+
 def engine_speed(model, name: str, threads: int, new_tokens: int) -> dict:
     """TTFT and decode tok/s through engine.runtime.LocalEngine (batch 1 and 8)."""
     import torch
 
-    from engine.bench.random_model import word_tokenizer
-    from engine.models.loader import LoadedModel
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
-
-    loaded = LoadedModel(name=name, path=__import__("pathlib").Path("/nonexistent"), model=model,
-                         tokenizer=word_tokenizer(model.config.vocab_size), config=model.config,
-                         device="cpu", dtype=str(next(model.parameters()).dtype).split(".")[-1],
-                         architecture="Qwen2ForCausalLM",
-                         quantization=getattr(getattr(model, "npu_quant", None), "method", None))
-    eng = LocalEngine(EngineConfig(max_running=8, num_threads=threads, prefix_caching=False,
-                                   max_context_cap=512))
+    eng = _engine(threads)
     try:
-        eng.add_model(loaded).result()
+        eng.add_model(_loaded(model, name)).result()
         g = torch.Generator().manual_seed(0)
 
         def run(batch: int, n: int):
-            params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
-            hs = [eng.submit(GenerationRequest(
-                prompt_token_ids=torch.randint(3, model.config.vocab_size, (32,),
-                                               generator=g).tolist(), params=params))
-                  for _ in range(batch)]
-            return [h.result(timeout=1800).finish for h in hs]
+            return _generate(eng, model.config.vocab_size, g, batch, n)
 
         run(1, 4)  # warm-up
         # medians of a few runs: this class of VM drifts 10-20 % within minutes
@@ -79,6 +104,65 @@ def engine_speed(model, name: str, threads: int, new_tokens: int) -> dict:
                 "tok_s_b1": 1.0 / f1.timings.tpot_s, "tok_s_b8": 8.0 / tpot8}
     finally:
         eng.shutdown()
+
+
+def paired_speed(variants: list[str], threads: int, new_tokens: int, rounds: int) -> list[dict]:
+    """Every variant in one process, served by one engine, measured in turns: each round
+    decodes batch 1 and batch 8 on every variant (the order rotating), so a ratio is taken
+    between runs seconds apart instead of processes minutes apart (this VM drifts 10-30 %
+    within minutes, which separate processes turn into noise in the ratios)."""
+    import torch
+
+    from engine.runtime.threads import run_in_fresh_thread
+
+    torch.set_num_threads(threads)
+    eng = _engine(threads)
+    try:
+        vocab = 0
+        for v in variants:
+            model = run_in_fresh_thread(build_variant, v)
+            vocab = model.config.vocab_size
+            eng.add_model(_loaded(model, v), name=v).result()
+            del model
+        g = torch.Generator().manual_seed(0)
+        for v in variants:
+            _generate(eng, vocab, g, 1, 4, v)  # warm-up
+        out = []
+        for r in range(rounds):
+            row: dict[str, dict] = {}
+            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+                f1 = _generate(eng, vocab, g, 1, new_tokens, v)[0]
+                f8 = _generate(eng, vocab, g, 8, max(8, new_tokens // 2), v)
+                row[v] = {"tok_s_b1": 1.0 / f1.timings.tpot_s,
+                          "tok_s_b8": 8.0 * len(f8) / sum(f.timings.tpot_s for f in f8)}
+            out.append(row)
+            print(json.dumps({"round": r, **row}), flush=True)
+        return out
+    finally:
+        eng.shutdown()
+
+
+def _paired_table(rows: list[dict]) -> str:
+    """Median tok/s and median per-round ratios against fp32 / bf16 where they ran."""
+    variants = list(rows[0])
+    med = statistics.median
+
+    def ratios(v: str, base: str, key: str) -> list[float] | None:
+        return [r[v][key] / r[base][key] for r in rows] if base in variants else None
+
+    def fmt(xs: list[float] | None) -> str:
+        return "-" if xs is None else f"{med(xs):.2f}"
+
+    lines = [("| variant | tok/s b1 | tok/s b8 | b1 x fp32 | b1 x bf16 | b8 x bf16 | "
+              "b1 x fp32 per round |"), "|---|---|---|---|---|---|---|"]
+    for v in variants:
+        x32 = ratios(v, "fp32", "tok_s_b1")
+        per = "-" if x32 is None else " / ".join(f"{x:.2f}" for x in x32)
+        lines.append(f"| {v} | {med(r[v]['tok_s_b1'] for r in rows):.2f} | "
+                     f"{med(r[v]['tok_s_b8'] for r in rows):.1f} | {fmt(x32)} | "
+                     f"{fmt(ratios(v, 'bf16', 'tok_s_b1'))} | "
+                     f"{fmt(ratios(v, 'bf16', 'tok_s_b8'))} | {per} |")
+    return "\n".join(lines)
 
 
 def build_variant(name: str):
@@ -169,7 +253,17 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--engine", action="store_true",
                     help="measure through engine.runtime.LocalEngine instead of the HF cache loop")
+    ap.add_argument("--paired", action="store_true",
+                    help="all variants in one process and one engine, in turns for --rounds "
+                         "rounds; prints median tok/s and median per-round ratios")
     args = ap.parse_args()
+    if args.paired:
+        rows = paired_speed(args.variants.split(","), args.threads, args.new_tokens, args.rounds)
+        print(_paired_table(rows))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=2)
+        return 0
     if args.one:
         res = (run_quantize_time(args.threads, args.samples, args.seq_len) if args.one == "quantize"
                else run_variant(args.one, args.threads, args.new_tokens, args.engine))
