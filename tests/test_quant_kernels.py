@@ -55,10 +55,14 @@ def test_cpu_kernel_matches_integer_reference(method, bias, k, cpu_path):
     assert y.shape == (2, 7, 192) and y.dtype == torch.float32
     q.backend = "reference"
     ref = q(x)
-    # PyTorch's w8a16 runs with bf16 activations, the native one in fp32; w8a8 is exact
-    # integer math on every path (also on CPUs without VNNI)
-    bf16_acts = method == "w8a16" and not cpu_path.native_for(q)
-    assert _rel(y, ref) < (0.01 if bf16_acts else 1e-5)
+    # PyTorch's w8a16 runs with bf16 activations, the native one with 16-bit block floating
+    # point ones (2^-16 of a block's largest value); w8a8 is exact integer math on every path
+    # (also on CPUs without VNNI)
+    if method != "w8a16":
+        tol = 1e-5
+    else:
+        tol = 1e-4 if cpu_path.native_for(q) else 0.01
+    assert _rel(y, ref) < tol
     assert _rel(ref, lin(x)) < 0.06  # and the int8 math itself is close to float
 
 

@@ -1,5 +1,6 @@
 """The native AVX2 kernels (engine/quant/kernels/cpu_gemm.c): built on first use, exact against
-integer / float64 math on awkward shapes, and an honest fallback when they cannot be built."""
+integer / float64 math on awkward shapes (W8A16: on its 16-bit activations), and an honest
+fallback when they cannot be built."""
 
 from __future__ import annotations
 
@@ -30,13 +31,47 @@ def _case(m, n, k, seed=0):
 
 
 @needs_native
-@pytest.mark.parametrize("m,n,k", SHAPES)
-def test_w8a16_matches_float64(m, n, k):
+@pytest.mark.parametrize("m,n,k", SHAPES + [(16, 67, 1000)])
+def test_w8a16_is_exact_on_its_16_bit_activations(m, n, k):
     x, w, s = _case(m, n, k)
     y = native.w8a16(x, w, s)
-    ref = (x.double() @ w.double().t()) * s.double()
+    values, scale = native.blockfloat16(x)
+    # per block an exact int32 sum, then fp32 across blocks: a few ulps of fp32
+    ref = ((values * scale) @ w.double().t()) * s.double()
     assert y.dtype == torch.float32 and y.shape == (m, n)
-    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 1e-5
+    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 1e-6
+    # and 16-bit block floating point is far closer to float64 math than bf16 activations
+    # (2^-16 of each block's largest value against 2^-9 of each value)
+    exact = (x.double() @ w.double().t()) * s.double()
+    bf16 = (x.bfloat16().double() @ w.double().t()) * s.double()
+    assert (y.double() - exact).abs().max() < (bf16 - exact).abs().max() / 4
+
+
+def test_blockfloat16_keeps_15_bits_of_each_blocks_largest_value():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 100, generator=g) * torch.logspace(-30, 30, 100)  # every magnitude
+    values, scale = native.blockfloat16(x)
+    blocks = [slice(b, min(b + native.BLOCK, 100)) for b in range(0, 100, native.BLOCK)]
+    for sl in blocks:
+        top = values[:, sl].abs().amax(-1)
+        assert ((top >= 2 ** 14) & (top <= 2 ** 15 - 1)).all()
+        assert (scale[:, sl] == scale[:, sl][:, :1]).all()  # one scale per block
+        assert torch.equal(torch.log2(scale[:, sl]), torch.log2(scale[:, sl]).round())
+        err = (values[:, sl] * scale[:, sl] - x[:, sl].double()).abs().amax(-1)
+        assert (err <= x[:, sl].double().abs().amax(-1) * 2 ** -15).all()
+
+
+@needs_native
+def test_w8a16_non_finite_activations_poison_only_their_rows():
+    x, w, s = _case(4, 9, 70)
+    x[1, 40] = float("nan")
+    x[2, 3] = float("inf")
+    x[3] *= 1e-30  # tiny, but a normal product
+    y = native.w8a16(x, w, s)
+    assert y[1].isnan().all() and y[2].isnan().all()
+    assert torch.isfinite(y[[0, 3]]).all()
+    ref = (x[[0, 3]].double() @ w.double().t()) * s.double()
+    assert torch.allclose(y[[0, 3]].double(), ref, rtol=1e-3, atol=0)
 
 
 @needs_native

@@ -42,7 +42,8 @@ typedef struct {
     int32_t n_layers;
 } npc_model_t;
 
-/* scratch for W8A8 activation rows, sized by the caller for the widest input */
+/* scratch for int8 layers' activation rows: int16 values (W8A8, W8A16) and their scales
+ * (W8A8: one per row; W8A16: one per block), sized by the caller for the widest input */
 typedef struct {
     int16_t *q;
     float *sx;
@@ -54,8 +55,8 @@ static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
         for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
-/* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the FMA
- * products add the bias in their epilogue, the integer one after it */
+/* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the fp32 and
+ * W8A16 products add the bias in their epilogue, W8A8 after it */
 static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
                    const i8_scratch_t *s, int nthreads) {
     const int64_t N = L->n, K = L->k;
@@ -63,9 +64,10 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
         run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
     } else if (L->kind == NPC_W8A16) {
-        const gemm_t g = {x, NULL, K, (const int8_t *)L->w, NULL, L->scale, NULL, L->bias, y,
-                          M, N, K};
-        run(&g, w8a16_stream, w8a16_tile_at, 2, 4 * K, nthreads);
+        const int64_t ldq = blockfloat_ld(K);
+        blockfloat_rows(x, M, K, s->q, ldq, s->sx);
+        w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->bias, y, M, N, K,
+                   nthreads);
     } else {
         const int64_t ldq = (K + 15) / 16 * 16;
         quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);
@@ -166,14 +168,14 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
     const int64_t I = md->inter, ml = md->max_len;
     const int64_t wide = H > I ? H : I;              /* widest product output */
     const int64_t kmax = wide > nh * hd ? wide : nh * hd; /* widest product input */
-    const int64_t ldq = (kmax + 15) / 16 * 16;
+    const int64_t ldq = blockfloat_ld(kmax); /* a multiple of W8A8's 16 too */
     const int nt = nthreads < 1 ? 1 : nthreads;
     const size_t floats = (size_t)(M * H             /* normed input */
                                    + M * nh * hd * 2  /* q, attention output */
                                    + M * kvh * hd * 2 /* k, v */
                                    + M * wide * 2     /* products out, up */
                                    + (int64_t)nt * ml /* attention probabilities */
-                                   + M);              /* W8A8 row scales */
+                                   + M * (ldq / QB + 1)); /* int8 rows' scales */
     float *buf = (float *)malloc(floats * sizeof(float));
     int16_t *q16 = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
     if (!buf || !q16) {

@@ -7,10 +7,13 @@
  * pair sums, so its exact use must split activations into nibbles (two GEMMs' worth of work).
  * MKL's sgemm, for its part, charges 2-16 rows 2-5x what one row costs (npc_f32 below).
  * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16, npc_w8a8_f32 and
- * npc_f32; the int8 ones keep the math exact:
- *   - W8A16: int8 weight widened to fp32 in registers, fp32 FMA with fp32 activations;
- *   - W8A8:  int8 x int8 widened to int16, vpmaddwd into int32 (no saturation possible:
- *            each pair sum is at most 2 * 127 * 127), then one fp32 multiply by both scales.
+ * npc_f32. Both int8 products multiply in integers (vpmaddwd: int16 x int16 pairs summed into
+ * int32, which cannot overflow for int8 weights):
+ *   - W8A16: activations as 16-bit block floating point (an int16 per value, one power-of-two
+ *            scale per 32 values; see blockfloat_rows), summed in int32 per block, then one
+ *            fp32 multiply-add per block;
+ *   - W8A8:  int8 activations (per-token or static scale) carried in int16, summed in int32
+ *            over the whole row, then one fp32 multiply by both scales.
  * Threads: one OpenMP team over output-channel tiles. The library links libgomp.so.1 by its
  * soname, so in a process that already loaded torch's copy it shares torch's runtime and the
  * calling thread's team (no second pool of spinning workers).
@@ -49,47 +52,24 @@ prefetch_next_tile(const void *w, int64_t row_bytes, int64_t off, const int nr) 
         _mm_prefetch((const char *)w + (PF_TILES * nr + j) * row_bytes + off, _MM_HINT_T0);
 }
 
-/* ---- fp32 FMA products: W8A16 (int8 weights widened in registers) and F32 ------------------
- * y[m, n] = (sum_k x[m, k] * w[n, k]) * scale[n] + bias[n], scale and bias optional. wb, the
- * bytes of one weight (1: int8, 4: fp32), is a constant wherever these are inlined, so each
- * product compiles to its own loops with the matching load. */
-
-static inline __attribute__((always_inline)) __m256 load_w(const char *w, int64_t k,
-                                                           const int wb) {
-    if (wb == 1)
-        return _mm256_cvtepi32_ps(
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + k))));
-    return _mm256_loadu_ps((const float *)w + k);
-}
-
-static inline __attribute__((always_inline)) float at_w(const char *w, int64_t k, const int wb) {
-    return wb == 1 ? (float)((const int8_t *)w)[k] : ((const float *)w)[k];
-}
-
-static inline __attribute__((always_inline)) float
-epilogue(float s, const float *scale, const float *bias, int j) {
-    if (scale) s *= scale[j];
-    if (bias) s += bias[j];
-    return s;
-}
+/* ---- fp32 FMA products ---------------------------------------------------------------------
+ * y[m, n] = sum_k x[m, k] * w[n, k] + bias[n], bias optional. */
 
 /* MKL's sgemm handles 2-16 rows times a big weight poorly on this class of CPU (docs/
  * benchmarks.md, "Batching on this CPU": a 16-row product of the MLP's shape ran at 54 GFLOP/s
  * where the same kernel reaches 140 at 512 rows), and decode batches live exactly there.
  * These tiles read each weight once per step at any row count up to a few dozen. */
 static inline __attribute__((always_inline)) void
-fma_tile(const float *x, int64_t ldx, const char *w, int64_t K, const int wb,
-         const float *scale, const float *bias, float *y, int64_t ldy, const int mr,
-         const int nr) {
-    const int64_t rb = K * wb; /* bytes of one weight row */
+fma_tile(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
+         int64_t ldy, const int mr, const int nr) {
     __m256 acc[MR][4];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        if (((k * wb) & 63) == 0) prefetch_next_tile(w, rb, k * wb, nr);
+        if ((k & 15) == 0) prefetch_next_tile(w, K * 4, k * 4, nr);
         __m256 wv[4];
-        for (int j = 0; j < nr; j++) wv[j] = load_w(w + j * rb, k, wb);
+        for (int j = 0; j < nr; j++) wv[j] = _mm256_loadu_ps(w + j * K + k);
         for (int i = 0; i < mr; i++) {
             __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
             for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -98,8 +78,8 @@ fma_tile(const float *x, int64_t ldx, const char *w, int64_t K, const int wb,
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             float s = hsum_ps(acc[i][j]);
-            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * at_w(w + j * rb, t, wb);
-            y[i * ldy + j] = epilogue(s, scale, bias, j);
+            for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[j * K + t];
+            y[i * ldy + j] = bias ? s + bias[j] : s;
         }
 }
 
@@ -113,11 +93,11 @@ fma_tile(const float *x, int64_t ldx, const char *w, int64_t K, const int wb,
     case 0x41: F(4, 1); break; case 0x42: F(4, 2); break; case 0x43: F(4, 3); break;      \
     case 0x44: F(4, 4); break;
 
-#define FMA_CASE(a, b) fma_tile(x, K, w, K, wb, scale, bias, y, N, a, b)
+#define FMA_CASE(a, b) fma_tile(x, K, w, K, bias, y, N, a, b)
 
 static inline __attribute__((always_inline)) void
-fma_rows(const float *x, const char *w, const int wb, const float *scale, const float *bias,
-         float *y, int mr, int nr, int64_t K, int64_t N) {
+fma_rows(const float *x, const float *w, const float *bias, float *y, int mr, int nr, int64_t K,
+         int64_t N) {
     switch (mr * 16 + nr) { CASES(FMA_CASE) }
 }
 
@@ -125,56 +105,57 @@ fma_rows(const float *x, const char *w, const int wb, const float *scale, const 
  * streams one contiguous range (the prefetchers' best case); u independent accumulators per
  * activation row hide the FMA latency. */
 static inline __attribute__((always_inline)) void
-fma_row(const float *x, int64_t ldx, const char *w, int64_t K, const int wb, const float *scale,
-        const float *bias, float *y, int64_t ldy, const int mr, const int u) {
+fma_row(const float *x, int64_t ldx, const float *w, int64_t K, const float *bias, float *y,
+        int64_t ldy, const int mr, const int u) {
     __m256 acc[MR][4];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 * u <= K; k += 8 * u) {
-        for (int c = 0; c < 8 * u * wb; c += 64) /* one prefetch per 64-byte line */
-            _mm_prefetch(w + k * wb + c + ROW_PF, _MM_HINT_T0);
+        for (int c = 0; c < 32 * u; c += 64) /* one prefetch per 64-byte line */
+            _mm_prefetch((const char *)(w + k) + c + ROW_PF, _MM_HINT_T0);
         __m256 wv[4];
-        for (int j = 0; j < u; j++) wv[j] = load_w(w, k + 8 * j, wb);
+        for (int j = 0; j < u; j++) wv[j] = _mm256_loadu_ps(w + k + 8 * j);
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < u; j++)
                 acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8 * j), wv[j],
                                             acc[i][j]);
     }
     for (; k + 8 <= K; k += 8) {
-        __m256 wv = load_w(w, k, wb);
+        __m256 wv = _mm256_loadu_ps(w + k);
         for (int i = 0; i < mr; i++)
             acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][0]);
     }
     for (int i = 0; i < mr; i++) {
         for (int j = 1; j < u; j++) acc[i][0] = _mm256_add_ps(acc[i][0], acc[i][j]);
         float s = hsum_ps(acc[i][0]);
-        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * at_w(w, t, wb);
-        y[i * ldy] = epilogue(s, scale, bias, 0);
+        for (int64_t t = k; t < K; t++) s += x[i * ldx + t] * w[t];
+        y[i * ldy] = bias ? s + *bias : s;
     }
 }
 
 static inline __attribute__((always_inline)) void
-fma_rows_one(const float *x, const char *w, const int wb, const float *scale, const float *bias,
-             float *y, int mr, int64_t K, int64_t N) {
+fma_rows_one(const float *x, const float *w, const float *bias, float *y, int mr, int64_t K,
+             int64_t N) {
     switch (mr) {
-    case 1: fma_row(x, K, w, K, wb, scale, bias, y, N, 1, 4); break;
-    case 2: fma_row(x, K, w, K, wb, scale, bias, y, N, 2, 4); break;
-    case 3: fma_row(x, K, w, K, wb, scale, bias, y, N, 3, 2); break;
-    default: fma_row(x, K, w, K, wb, scale, bias, y, N, 4, 2); break;
+    case 1: fma_row(x, K, w, K, bias, y, N, 1, 4); break;
+    case 2: fma_row(x, K, w, K, bias, y, N, 2, 4); break;
+    case 3: fma_row(x, K, w, K, bias, y, N, 3, 2); break;
+    default: fma_row(x, K, w, K, bias, y, N, 4, 2); break;
     }
 }
 
 /* ---- Scheduling shared by all products ------------------------------------------------ */
 
-/* One product's operands: fp32 rows x (W8A16, F32) or int16 rows q (W8A8), ldx apart. */
+/* One product's operands: fp32 rows x (F32) or int16 rows q (W8A8, W8A16), ldx apart. */
 typedef struct {
     const float *x;
     const int16_t *q;
     int64_t ldx;
     const int8_t *w;
-    const float *sx, *sw;
-    const float *wf, *bias; /* fp32 product: weights, optional bias */
+    const float *sx;        /* W8A8: per-row scales; W8A16: block scales, ldx / QB per row */
+    const float *sw;        /* int8: per-output-channel weight scales */
+    const float *wf, *bias; /* fp32 product: weights; optional bias (F32, W8A16) */
     float *y;
     int64_t M, N, K;
 } gemm_t;
@@ -211,40 +192,15 @@ static void run(const gemm_t *g, stream_fn stream, tile_fn tile, int nr, int64_t
     }
 }
 
-static inline __attribute__((always_inline)) const char *weights(const gemm_t *g, const int wb) {
-    return wb == 1 ? (const char *)g->w : (const char *)g->wf;
-}
-
-static inline __attribute__((always_inline)) void
-fma_stream(const gemm_t *g, int64_t n0, int64_t n1, const int wb) {
+static void f32_stream(const gemm_t *g, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; n++)
-        fma_rows_one(g->x, weights(g, wb) + n * g->K * wb, wb, g->sw ? g->sw + n : NULL,
-                     g->bias ? g->bias + n : NULL, g->y + n, (int)g->M, g->K, g->N);
+        fma_rows_one(g->x, g->wf + n * g->K, g->bias ? g->bias + n : NULL, g->y + n, (int)g->M,
+                     g->K, g->N);
 }
-
-static inline __attribute__((always_inline)) void
-fma_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn, const int wb) {
-    fma_rows(g->x + m0 * g->ldx, weights(g, wb) + n0 * g->K * wb, wb, g->sw ? g->sw + n0 : NULL,
-             g->bias ? g->bias + n0 : NULL, g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
-}
-
-static void w8a16_stream(const gemm_t *g, int64_t n0, int64_t n1) { fma_stream(g, n0, n1, 1); }
-
-static void w8a16_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
-    fma_tile_at(g, m0, mm, n0, nn, 1);
-}
-
-void npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
-               int64_t N, int64_t K, int nthreads) {
-    /* 4 x 2 tiles: 8 accumulators plus the widened weights fit the 16 ymm registers */
-    const gemm_t g = {x, NULL, K, w, NULL, scale, NULL, NULL, y, M, N, K};
-    run(&g, w8a16_stream, w8a16_tile_at, 2, 4 * K, nthreads);
-}
-
-static void f32_stream(const gemm_t *g, int64_t n0, int64_t n1) { fma_stream(g, n0, n1, 4); }
 
 static void f32_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
-    fma_tile_at(g, m0, mm, n0, nn, 4);
+    fma_rows(g->x + m0 * g->ldx, g->wf + n0 * g->K, g->bias ? g->bias + n0 : NULL,
+             g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
 }
 
 void npc_f32(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t N,
@@ -414,5 +370,241 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
     run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
     free(q);
     free(sx);
+    return 0;
+}
+
+/* ---- W8A16: int8 weights x 16-bit block floating point activations -----------------------
+ * y[m, n] = sw[n] * sum_b xs[m, b] * (sum_{k in block b} q[m, k] w[n, k]) + bias[n]
+ *
+ * Why not fp32 activations: widening each int8 weight to fp32 took three vector ops per 8
+ * weights, so that loop streamed ~13 GB/s per core, less than memory gives each of two cores;
+ * the integer loop does half the work per weight (docs/benchmarks.md, "W8A16 activations").
+ * 16-bit activations are what W8A16 means; in this format each value keeps 15 bits relative
+ * to its block's largest (error at most 2^-16 of that), finer than fp16's 11 bits or bf16's 8
+ * (PyTorch's own W8A16 CPU kernel takes bf16), and far below the int8 weights' error. */
+#define QB 32 /* activation values per block scale */
+
+static inline int64_t blockfloat_ld(int64_t K) { return (K + QB - 1) / QB * QB; }
+
+/* Each block of QB values of a row gets the scale 2^(e-15), e the exponent that puts the
+ * block's largest magnitude in [2^(e-1), 2^e), so that it lands in [2^14, 2^15); each value
+ * becomes round-half-even(x / scale), exact but for that rounding (the scale is a power of
+ * two). Rows are int16 with ldq = blockfloat_ld(K) >= K, the padding zero, and ldq / QB
+ * scales each in xs. A block with a NaN or an infinity gets scale NaN (and zeros), so that its
+ * outputs are NaN as the float product's would be; a block below 2^-110 (no finite 1 / scale)
+ * is zero. */
+static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
+                            float *xs) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(32767.0f),
+                 lo = _mm256_set1_ps(-32767.0f);
+    const int64_t nb = ldq / QB;
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * K;
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = xr + b * QB;
+            int16_t *qb = q + m * ldq + b * QB;
+            const int64_t n = K - b * QB < QB ? K - b * QB : QB;
+            float amax = 0.0f;
+            int bad = 0;
+            if (n == QB) {
+                __m256 vmax = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
+                for (int i = 0; i < QB; i += 8) {
+                    const __m256 v = _mm256_loadu_ps(xb + i);
+                    vmax = _mm256_max_ps(_mm256_andnot_ps(sign, v), vmax);
+                    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                }
+                amax = hmax_ps(vmax);
+                bad = _mm256_movemask_ps(vnan) != 0;
+            } else {
+                for (int64_t i = 0; i < n; i++) {
+                    bad |= isnan(xb[i]);
+                    amax = fmaxf(amax, fabsf(xb[i]));
+                }
+            }
+            bad |= isinf(amax);
+            if (bad || amax < 0x1p-110f) {
+                for (int i = 0; i < QB; i++) qb[i] = 0;
+                xs[m * nb + b] = bad ? NAN : 0.0f;
+                continue;
+            }
+            int e;
+            frexpf(amax, &e);
+            const float inv = ldexpf(1.0f, 15 - e);
+            xs[m * nb + b] = ldexpf(1.0f, e - 15);
+            if (n == QB) {
+                const __m256 vi = _mm256_set1_ps(inv);
+                for (int i = 0; i < QB; i += 8) {
+                    const __m256 v =
+                        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vi),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    const __m256i iv = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+                    _mm_storeu_si128((__m128i *)(qb + i),
+                                     _mm_packs_epi32(_mm256_castsi256_si128(iv),
+                                                     _mm256_extracti128_si256(iv, 1)));
+                }
+            } else {
+                for (int64_t i = 0; i < QB; i++) {
+                    const float v = i < n ? nearbyintf(xb[i] * inv) : 0.0f;
+                    qb[i] = (int16_t)(v > 32767.0f ? 32767.0f : (v < -32767.0f ? -32767.0f : v));
+                }
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) __m256i widen16(const int8_t *w) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+}
+
+/* int32 partial sums of one block: 32 int16 activations times 32 widened int8 weights (each
+ * lane at most 4 * 32767 * 127) */
+static inline __attribute__((always_inline)) __m256i block_dot(const int16_t *q, __m256i w0,
+                                                               __m256i w1) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)q), w0),
+                            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(q + 16)), w1));
+}
+
+/* the last, partial block of a row (the weight row ends at K, unpadded) */
+static float blockfloat_tail(const int16_t *q, const int8_t *w, int64_t k, int64_t K,
+                             float scale) {
+    int32_t t = 0;
+    for (; k < K; k++) t += (int32_t)q[k] * (int32_t)w[k];
+    return (float)t * scale;
+}
+
+/* Few activation rows: one weight row at a time, front to back (see fma_row); two blocks per
+ * pass, into alternating accumulators. */
+static inline __attribute__((always_inline)) void
+bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K, float sw,
+       const float *bias, float *y, int64_t ldy, const int mr) {
+    const int64_t nb = ldq / QB;
+    __m256 acc[MR][2];
+    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 2 * QB <= K; k += 2 * QB) {
+        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16), w2 = widen16(w + k + 32),
+                      w3 = widen16(w + k + 48);
+        for (int i = 0; i < mr; i++) {
+            const int16_t *qi = q + i * ldq + k;
+            const float *si = xs + i * nb + k / QB;
+            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi, w0, w1)),
+                                        _mm256_broadcast_ss(si), acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi + QB, w2, w3)),
+                                        _mm256_broadcast_ss(si + 1), acc[i][1]);
+        }
+    }
+    if (k + QB <= K) {
+        const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16);
+        for (int i = 0; i < mr; i++)
+            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(q + i * ldq + k, w0, w1)),
+                                        _mm256_broadcast_ss(xs + i * nb + k / QB), acc[i][0]);
+        k += QB;
+    }
+    for (int i = 0; i < mr; i++) {
+        float s = hsum_ps(_mm256_add_ps(acc[i][0], acc[i][1]));
+        if (k < K) s += blockfloat_tail(q + i * ldq, w, k, K, xs[i * nb + k / QB]);
+        s *= sw;
+        y[i * ldy] = bias ? s + *bias : s;
+    }
+}
+
+static void bf_rows_one(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                        float sw, const float *bias, float *y, int mr, int64_t K, int64_t N) {
+    switch (mr) {
+    case 1: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 1); break;
+    case 2: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 2); break;
+    case 3: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 3); break;
+    default: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 4); break;
+    }
+}
+
+/* More rows: mr x nr tiles, one block at a time (8 accumulators, 4 widened weight halves, 2
+ * activation halves and a scale fill the 16 ymm registers at 4 x 2). */
+static inline __attribute__((always_inline)) void
+bf_tile(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K,
+        const float *sw, const float *bias, float *y, int64_t ldy, const int mr, const int nr) {
+    const int64_t nb = ldq / QB;
+    __m256 acc[MR][2];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + QB <= K; k += QB) {
+        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        __m256i wv[2][2];
+        for (int j = 0; j < nr; j++) {
+            wv[j][0] = widen16(w + j * K + k);
+            wv[j][1] = widen16(w + j * K + k + 16);
+        }
+        for (int i = 0; i < mr; i++) {
+            const int16_t *qi = q + i * ldq + k;
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)qi),
+                          q1 = _mm256_loadu_si256((const __m256i *)(qi + 16));
+            const __m256 si = _mm256_broadcast_ss(xs + i * nb + k / QB);
+            for (int j = 0; j < nr; j++)
+                acc[i][j] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(q0, wv[j][0]),
+                                                        _mm256_madd_epi16(q1, wv[j][1]))),
+                    si, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float s = hsum_ps(acc[i][j]);
+            if (k < K) s += blockfloat_tail(q + i * ldq, w + j * K, k, K, xs[i * nb + k / QB]);
+            s *= sw[j];
+            y[i * ldy + j] = bias ? s + bias[j] : s;
+        }
+}
+
+#define BF_CASE(a, b) bf_tile(q, ldq, xs, w, K, sw, bias, y, N, a, b)
+
+static void bf_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                    const float *sw, const float *bias, float *y, int mr, int nr, int64_t K,
+                    int64_t N) {
+    switch (mr * 16 + nr) {
+    case 0x11: BF_CASE(1, 1); break; case 0x12: BF_CASE(1, 2); break;
+    case 0x21: BF_CASE(2, 1); break; case 0x22: BF_CASE(2, 2); break;
+    case 0x31: BF_CASE(3, 1); break; case 0x32: BF_CASE(3, 2); break;
+    case 0x41: BF_CASE(4, 1); break; case 0x42: BF_CASE(4, 2); break;
+    }
+}
+
+static void w8a16_stream(const gemm_t *g, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++)
+        bf_rows_one(g->q, g->ldx, g->sx, g->w + n * g->K, g->sw[n], g->bias ? g->bias + n : NULL,
+                    g->y + n, (int)g->M, g->K, g->N);
+}
+
+static void w8a16_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
+    bf_rows(g->q + m0 * g->ldx, g->ldx, g->sx + m0 * (g->ldx / QB), g->w + n0 * g->K,
+            g->sw + n0, g->bias ? g->bias + n0 : NULL, g->y + m0 * g->N + n0, mm, nn, g->K,
+            g->N);
+}
+
+/* the product of rows already in block floating point (blockfloat_rows, ldq = blockfloat_ld) */
+static void w8a16_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                       const float *sw, const float *bias, float *y, int64_t M, int64_t N,
+                       int64_t K, int nthreads) {
+    const gemm_t g = {NULL, q, ldq, w, xs, sw, NULL, bias, y, M, N, K};
+    run(&g, w8a16_stream, w8a16_tile_at, 2, 2 * ldq, nthreads);
+}
+
+/* The whole W8A16 layer in one call: fp32 rows to block floating point, then the product.
+ * Returns 0, or -1 when the scratch rows cannot be allocated. */
+int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
+              int64_t N, int64_t K, int nthreads) {
+    const int64_t ldq = blockfloat_ld(K);
+    int16_t *q = (int16_t *)malloc((size_t)(M * ldq + 1) * sizeof(int16_t));
+    float *xs = (float *)malloc((size_t)(M * (ldq / QB) + 1) * sizeof(float));
+    if (!q || !xs) {
+        free(q);
+        free(xs);
+        return -1;
+    }
+    blockfloat_rows(x, M, K, q, ldq, xs);
+    w8a16_rows(q, ldq, xs, w, scale, NULL, y, M, N, K, nthreads);
+    free(q);
+    free(xs);
     return 0;
 }

@@ -120,7 +120,7 @@ def library() -> ctypes.CDLL | None:
         log.warning("native int8 kernels failed to load (%s); using PyTorch's", exc)
         return None
     lib.npc_w8a16.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
-    lib.npc_w8a16.restype = None
+    lib.npc_w8a16.restype = _INT
     lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a8_f32.restype = _INT
     lib.npc_f32.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
@@ -135,14 +135,36 @@ def available() -> bool:
 
 
 def w8a16(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """fp32 (M, K) x int8 (N, K) with fp32 per-channel scales (N,) -> fp32 (M, N)."""
+    """fp32 (M, K) as 16-bit block floating point (cpu_gemm.c) x int8 (N, K) with fp32
+    per-channel scales (N,) -> fp32 (M, N)."""
     x = x.contiguous()
     m, k = x.shape
     y = torch.empty(m, w.shape[0], dtype=torch.float32)
-    if m:  # the kernels take at least one row
-        library().npc_w8a16(x.data_ptr(), w.data_ptr(), scale.data_ptr(), y.data_ptr(), m,
-                            w.shape[0], k, torch.get_num_threads())
+    # the kernels take at least one row
+    if m and library().npc_w8a16(x.data_ptr(), w.data_ptr(), scale.data_ptr(), y.data_ptr(),
+                                 m, w.shape[0], k, torch.get_num_threads()):
+        raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
     return y
+
+
+BLOCK = 32  # activation values per scale of the W8A16 kernel's 16-bit block floating point
+
+
+def blockfloat16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The W8A16 kernel's activations, in PyTorch (the oracle its tests hold it to): each block
+    of BLOCK values of a row of x (M, K) gets the power-of-two scale that puts the block's
+    largest magnitude in [2^14, 2^15), and each value becomes round-half-even(x / scale).
+    Returns the int16 values as float64 (M, K) and each value's scale (M, K), so that
+    x ~ values * scale to within 2^-16 of each block's largest magnitude. (The kernel also
+    maps blocks with NaN or infinity to NaN scales, and blocks below 2^-110 to zero.)"""
+    m, k = x.shape
+    pad = -k % BLOCK
+    xb = torch.nn.functional.pad(x.double(), (0, pad)).view(m, -1, BLOCK)
+    exponent = torch.frexp(xb.abs().amax(-1, keepdim=True).float()).exponent
+    scale = torch.ldexp(torch.ones_like(xb[..., :1]), (exponent - 15).double())
+    values = torch.round(xb / scale).clamp_(-32767, 32767)
+    return (values.view(m, -1)[:, :k],
+            scale.expand_as(xb).reshape(m, -1)[:, :k])
 
 
 def f32(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -186,8 +208,9 @@ def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
         fn = lib.npc_w8a16
 
         def call(x2, y, m):
-            fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), y.data_ptr(), m, n, k,
-               get_threads())
+            if fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), y.data_ptr(), m, n, k,
+                  get_threads()):
+                raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
     else:
         fn = lib.npc_w8a8_f32
         per_token = int(static_scale is None)
