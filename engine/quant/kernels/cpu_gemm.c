@@ -26,7 +26,10 @@
 
 #define MR 4        /* activation rows per register tile */
 #define ROW_MAX_M 4 /* up to this many rows: stream one weight row at a time (decode) */
-#define ROW_PF 512  /* software prefetch distance in a streamed weight row, bytes */
+#define ROW_PF 512  /* software prefetch distance in a streamed fp32 weight row, bytes */
+#define ROW_PF_I8 1024 /* the same for int8 rows: their loops spend more time per byte;
+                        * 1024 ran them 5-15 % faster than 512, where fp32 ran 10-16 % slower
+                        * (docs/benchmarks.md, "W8A16 activations") */
 #define PF_TILES 1  /* tiled path: prefetch the tile this many tiles ahead */
 
 static inline float hsum_ps(__m256 v) {
@@ -305,7 +308,7 @@ i8_row(const int16_t *q, int64_t ldq, const int8_t *w, int64_t K, const float *s
         for (int j = 0; j < u; j++) acc[i][j] = _mm256_setzero_si256();
     int64_t k = 0;
     for (; k + 16 * u <= K; k += 16 * u) {
-        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + k + ROW_PF_I8), _MM_HINT_T0);
         __m256i wv[4];
         for (int j = 0; j < u; j++)
             wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k + 16 * j)));
@@ -482,7 +485,7 @@ bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t 
     for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 2 * QB <= K; k += 2 * QB) {
-        _mm_prefetch((const char *)(w + k + ROW_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + k + ROW_PF_I8), _MM_HINT_T0);
         const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16), w2 = widen16(w + k + 32),
                       w3 = widen16(w + k + 48);
         for (int i = 0; i < mr; i++) {
