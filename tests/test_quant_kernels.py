@@ -56,7 +56,7 @@ def test_cpu_kernel_matches_integer_reference(method, bias, k, cpu_path):
     q.backend = "reference"
     ref = q(x)
     # PyTorch's w8a16 runs with bf16 activations, the native one with 16-bit block floating
-    # point ones (2^-16 of a block's largest value); w8a8 is exact integer math on every path
+    # point ones (2^-15 of a block's largest value); w8a8 is exact integer math on every path
     # (also on CPUs without VNNI)
     if method != "w8a16":
         tol = 1e-5

@@ -41,7 +41,7 @@ def test_w8a16_is_exact_on_its_16_bit_activations(m, n, k):
     assert y.dtype == torch.float32 and y.shape == (m, n)
     assert ((y.double() - ref).abs().max() / ref.abs().max()) < 1e-6
     # and 16-bit block floating point is far closer to float64 math than bf16 activations
-    # (2^-16 of each block's largest value against 2^-9 of each value)
+    # (2^-15 of each block's largest value against 2^-9 of each value)
     exact = (x.double() @ w.double().t()) * s.double()
     bf16 = (x.bfloat16().double() @ w.double().t()) * s.double()
     assert (y.double() - exact).abs().max() < (bf16 - exact).abs().max() / 4

@@ -1,9 +1,9 @@
 """CPU kernels, chosen by measurement (docs/benchmarks.md, "Quantization"):
 
 * Native AVX2 kernels (cpu_gemm.c via native.py), when they build: W8A16 always (activations
-  as 16-bit block floating point, 2^-16 of each block's largest value, where PyTorch's kernel
-  takes bf16; integer products; 1.4-1.7x faster than `_weight_int8pack_mm` at every size
-  measured), and
+  as 16-bit block floating point, within 2^-15 of each block's largest value, where PyTorch's
+  kernel takes bf16; integer products; 1.4-1.7x faster than `_weight_int8pack_mm` at every
+  size measured), and
   W8A8 on CPUs whose fbgemm saturates (no VNNI, below), where they are 2.7x faster than the
   nibble split at one row and 4-30 % behind it at 64-256 rows. They read the plain int8 weight,
   so W8A8 then keeps no fbgemm copy. Otherwise:

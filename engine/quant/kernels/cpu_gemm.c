@@ -383,7 +383,7 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
  * weights, so that loop streamed ~13 GB/s per core, less than memory gives each of two cores;
  * the integer loop does half the work per weight (docs/benchmarks.md, "W8A16 activations").
  * 16-bit activations are what W8A16 means; in this format each value keeps 15 bits relative
- * to its block's largest (error at most 2^-16 of that), finer than fp16's 11 bits or bf16's 8
+ * to its block's largest (error at most 2^-15 of that), finer than fp16's 11 bits or bf16's 8
  * (PyTorch's own W8A16 CPU kernel takes bf16), and far below the int8 weights' error. */
 #define QB 32 /* activation values per block scale */
 

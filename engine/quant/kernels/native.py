@@ -155,7 +155,7 @@ def blockfloat16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     of BLOCK values of a row of x (M, K) gets the power-of-two scale that puts the block's
     largest magnitude in [2^14, 2^15), and each value becomes round-half-even(x / scale).
     Returns the int16 values as float64 (M, K) and each value's scale (M, K), so that
-    x ~ values * scale to within 2^-16 of each block's largest magnitude. (The kernel also
+    x ~ values * scale to within 2^-15 of each block's largest magnitude. (The kernel also
     maps blocks with NaN or infinity to NaN scales, and blocks below 2^-110 to zero.)"""
     m, k = x.shape
     pad = -k % BLOCK
