@@ -59,7 +59,8 @@ class DeviceInfo:
         return f"{self.torch_device} ({self.name})"
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 'flags', Arm 'Features'); empty elsewhere."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -85,7 +86,7 @@ def _cpu_name() -> str:
 
 def cpu_supports_bf16() -> bool:
     """bf16 is only worth offering where the CPU computes it natively (AVX512-BF16 / AMX / Arm BF16)."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
@@ -96,7 +97,7 @@ def cpu_device() -> DeviceInfo:
     dtypes = ("float32", "bfloat16") if cpu_supports_bf16() else ("float32",)
     return DeviceInfo(
         kind="cpu", index=0, name=_cpu_name(), total_memory=vm.total, free_memory=vm.available,
-        dtypes=dtypes, extra={"cores": os.cpu_count() or 1, "vnni": "avx512_vnni" in _cpu_flags()},
+        dtypes=dtypes, extra={"cores": os.cpu_count() or 1, "vnni": "avx512_vnni" in cpu_flags()},
     )
 
 

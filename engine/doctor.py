@@ -168,13 +168,16 @@ def check_cpu_kernels() -> Check:
     from engine.quant.kernels import native
 
     info = native.build()
+    flags = native.cpu_flags()
+    isa = "AVX512-VNNI" if "avx512_vnni" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
     if info.path is not None:
         return Check("cpu kernels", "ok",
-                     f"native AVX2 kernels for fp32 and INT8 decode ({info.reason}: {info.path})")
+                     f"native AVX2 kernels for fp32, W8A16 and W8A8 on this {isa} CPU "
+                     f"({info.reason}: {info.path})")
     fix = ("install a C compiler (apt-get install gcc libc6-dev) for faster fp32 and INT8 decode"
            if "compiler" in info.reason else None)
     return Check("cpu kernels", "warn" if fix else "info",
-                 f"PyTorch's own ({info.reason})", fix)
+                 f"PyTorch's own on this {isa} CPU: W8A8 on fbgemm ({info.reason})", fix)
 
 
 def check_disk(path: Path) -> Check:

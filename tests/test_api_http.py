@@ -71,6 +71,10 @@ def test_models_lists_every_variant_and_a_request_picks_one(url):
     expect = "native" if native.available() else "torch"
     assert cards["stories"]["decode_step"] == cards["stories-w8a8-dynamic"]["decode_step"] == expect
     assert cards["stories-bf16"]["decode_step"] == "torch"
+    # the int8 layers say what runs them: the native kernels on AVX2 and AVX512-VNNI CPUs alike
+    kernels = cards["stories-w8a8-dynamic"]["int8_kernels"]
+    assert kernels == "native" if native.available() else kernels.startswith("fbgemm")
+    assert cards["stories"]["int8_kernels"] == ""
     for name in cards:
         r = post(url, "/v1/completions", {"model": name, "prompt": STORY_PROMPT, "max_tokens": 2})
         assert r.status_code == 200 and r.json()["model"] == name

@@ -133,7 +133,7 @@ def test_build_is_cached_and_explains_why_not(tmp_path, monkeypatch):
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert native.build() == native.BuildInfo(None, f"disabled by {native.ENV_SWITCH}")
     monkeypatch.delenv(native.ENV_SWITCH)
-    if native._unavailable_reason(native._cpu_flags()):
+    if native._unavailable_reason(native.cpu_flags()):
         pytest.skip("not an AVX2 x86-64 CPU")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     assert native.build().reason == "no C compiler (install gcc)"
@@ -148,7 +148,7 @@ def test_build_is_cached_and_explains_why_not(tmp_path, monkeypatch):
 
 
 def test_a_failing_compiler_leaves_nothing_behind(tmp_path, monkeypatch):
-    if native._unavailable_reason(native._cpu_flags()):
+    if native._unavailable_reason(native.cpu_flags()):
         pytest.skip("not an AVX2 x86-64 CPU")
     fake = tmp_path / "cc"
     fake.write_text("#!/bin/sh\necho 'error: broken toolchain' >&2\nexit 1\n")

@@ -29,6 +29,7 @@ def model_card(m: ModelInfo) -> dict:
         "path_kind": m.path_kind,
         "linear_kernels": m.linear_kernels,
         "decode_step": m.decode_step,
+        "int8_kernels": m.int8_kernels,
         # what requests that leave these fields unset get (the model's generation_config)
         "sampling_defaults": dict(m.sampling_defaults),
     }

@@ -102,6 +102,14 @@ class QuantLinear(nn.Module):
             backend.prepare(self, self.float_dtype)
             self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
 
+    def kernel_name(self) -> str:
+        """Which product runs this layer on its device ("native", "fbgemm", ...)."""
+        from engine.quant.kernels import backend_for
+
+        backend = backend_for(self, self.weight.device)
+        name = getattr(backend, "kernel_name", None)
+        return name(self) if name is not None else type(backend).__name__.lower()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fast = self._fast_forward
         if fast is not None and self.backend == "auto" and x.device.type == "cpu":

@@ -223,6 +223,8 @@ class ModelInfo:
     # what runs steps made only of decode rows: "native" (every layer in one call,
     # engine.runtime.native_decode) or "torch" (the runner's PyTorch loop)
     decode_step: str = "torch"
+    # what runs the int8 layers, e.g. "native" or "fbgemm" (several joined by "+"); "" if none
+    int8_kernels: str = ""
     # the model's sampling defaults (generation_config.json), as (field, value) pairs
     sampling_defaults: tuple[tuple[str, float], ...] = ()
 

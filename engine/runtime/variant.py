@@ -84,6 +84,12 @@ class Variant:
         return self.loaded.tokenizer
 
 
+def int8_kernels(model: Any) -> str:
+    """The kernels behind the model's int8 layers (duck-typed: runtime does not import quant)."""
+    names = sorted({m.kernel_name() for m in model.modules() if hasattr(m, "kernel_name")})
+    return "+".join(names)
+
+
 def build_variant(loaded: Any, name: str, config: EngineConfig,
                   force_fallback: bool = False) -> Variant:
     """Wrap a LoadedModel: preallocate its KV cache and give it a scheduler (any thread)."""
@@ -111,6 +117,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
         decode_step="native" if getattr(runner, "decode_plan", None) is not None else "torch",
+        int8_kernels=int8_kernels(model),
         sampling_defaults=tuple(sampling_defaults(model).items()))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,

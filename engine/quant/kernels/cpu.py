@@ -4,9 +4,12 @@
   as 16-bit block floating point, within 2^-15 of each block's largest value, where PyTorch's
   kernel takes bf16; integer products; 1.4-1.7x faster than `_weight_int8pack_mm` at every
   size measured), and
-  W8A8 on CPUs whose fbgemm saturates (no VNNI, below), where they are 2.7x faster than the
-  nibble split at one row and 4-30 % behind it at 64-256 rows. They read the plain int8 weight,
-  so W8A8 then keeps no fbgemm copy. Otherwise:
+  W8A8 on every CPU. On AVX2-only CPUs they are 2.7x faster than fbgemm's nibble split (below)
+  at one row and 4-30 % behind it at 64-256 rows; on an AVX512-VNNI CPU, where fbgemm needs no
+  split, they still decoded SmolLM2-135M 5.7x faster at batch 1 and 1.7-2.4x at batch 8-16
+  (design/MEASURED_2026-12-01.md, section 2). One choice on both CPU types also means one
+  decode path for the tests. They read the plain int8 weight, so W8A8 keeps no fbgemm copy.
+  Where they do not build (no compiler, no AVX2):
 * W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales). Its
   fp32-activation variant is ~10x slower than an fp32 GEMM, so fp32 models run this layer with
   bf16 activations (rounding well below the int8 weight error). It needs K % 8 == 0 (it crashes
@@ -81,7 +84,15 @@ class CpuBackend:
             return False
         if not native.available():
             return False
-        return mod.method == "w8a16" or int16_saturation()
+        return True
+
+    def kernel_name(self, mod) -> str:
+        """The product that runs mod, as doctor and /v1/models report it."""
+        if self.native_for(mod):
+            return "native"
+        if mod.method == "w8a16":
+            return "torch-int8pack" if not mod.group_size else "torch-grouped"
+        return "fbgemm-split" if int16_saturation() else "fbgemm"
 
     def packs_own_copy(self, mod) -> bool:
         """True when forward no longer reads mod.weight once prepared."""

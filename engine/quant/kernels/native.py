@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from engine import paths
+from engine.devices import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +48,6 @@ def kernel_dir() -> Path:
     return paths.cache_dir() / "kernels"
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def _unavailable_reason(flags: set[str]) -> str | None:
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"disabled by {ENV_SWITCH}"
@@ -70,7 +60,7 @@ def _unavailable_reason(flags: set[str]) -> str | None:
 
 def build() -> BuildInfo:
     """Compile (or find the cached) shared object; never raises."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     reason = _unavailable_reason(flags)
     if reason:
         return BuildInfo(None, reason)
