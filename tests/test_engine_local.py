@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from fakes.faults import before_each_sequence
 
 from engine.runtime import EngineConfig, LocalEngine
 from engine.runtime.types import (
@@ -267,13 +268,10 @@ def test_sampler_failure_fails_only_that_request(engine):
 
 
 def test_forward_failure_fails_only_that_request(engine):
-    runner = engine._variants["stories"].runner
-
     def hook(seq):
         if seq.request_id == "poison" and len(seq.output_ids) >= 3:
             raise RuntimeError("injected fault")
-    runner.fault_hook = hook
-    try:
+    with before_each_sequence(engine, hook):
         others = [engine.submit(GenerationRequest(prompt=p, params=greedy(16)))
                   for p in PROMPTS[:4]]
         poison = engine.submit(GenerationRequest(prompt="Once", params=greedy(16),
@@ -283,8 +281,6 @@ def test_forward_failure_fails_only_that_request(engine):
         assert len(res.token_ids) == 3
         for h in others:
             assert h.result(60).finish.finish_reason == "length"
-    finally:
-        runner.fault_hook = None
     assert engine.generate(GenerationRequest(prompt="Once", params=greedy(4))).token_ids
     assert engine.stats().requests_failed >= 1
 

@@ -131,7 +131,11 @@ def run(args) -> int:
             raise CliError(str(exc)) from None
         print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "
               f"{url}/v1  -  Ctrl-C to stop", file=sys.stderr, flush=True)
-        _wait_for_signal(controller)
+        try:
+            _wait_for_signal(controller, engine)
+        except CliError:
+            controller.stop(grace_s=1.0)  # the engine is dead: nothing left to wait for
+            raise
         print("stopping: letting open streams finish", file=sys.stderr, flush=True)
         controller.stop(grace_s=args.grace)
     finally:
@@ -158,7 +162,9 @@ def add_int8_variant(engine, loaded, method: str, name: str):
     return engine.add_model(loaded, name=name).result()
 
 
-def _wait_for_signal(controller) -> None:
+def _wait_for_signal(controller, engine, poll_s: float = 0.25) -> None:
+    """Block until SIGINT/SIGTERM; raise CliError (exit status 1, so a service manager
+    restarts the process) when the server thread or the engine loop dies first."""
     stop = threading.Event()
     previous = {}
 
@@ -168,9 +174,12 @@ def _wait_for_signal(controller) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, handler)
     try:
-        while not stop.wait(0.5):
+        while not stop.wait(poll_s):
             if not controller.is_running:
-                raise CliError("the API server stopped unexpectedly")
+                raise CliError("the API server stopped unexpectedly", code=1)
+            crashed = getattr(engine, "crash_reason", None)
+            if crashed:
+                raise CliError(f"the engine stopped: {crashed}", code=1)
     finally:
         for sig, h in previous.items():
             signal.signal(sig, h)

@@ -9,7 +9,6 @@ pushes events to the request handles. Models load on a loader thread so nobody b
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -21,10 +20,11 @@ from typing import Any
 from engine.runtime.config import EngineConfig
 from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
 from engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
+from engine.runtime.loading import LoadCancelled, folder_loader
 from engine.runtime.metrics import EngineMetrics, StepStats
 from engine.runtime.runner import run_step
-from engine.runtime.sampler import sample
-from engine.runtime.sequence import SeqState, Sequence
+from engine.runtime.sampler import sample_contained
+from engine.runtime.sequence import SeqState, Sequence, finish_event
 from engine.runtime.types import (
     EngineError,
     EngineStats,
@@ -37,9 +37,7 @@ from engine.runtime.types import (
     ModelNotFoundError,
     NoModelLoadedError,
     QueueFullError,
-    RequestTimings,
     TokenEvent,
-    Usage,
 )
 from engine.runtime.validation import (
     check_context,
@@ -47,21 +45,9 @@ from engine.runtime.validation import (
     check_token_ids,
     normalize_params,
 )
-from engine.runtime.variant import Variant, build_variant
+from engine.runtime.variant import Variant, build_variant, rebuild_variant
 
 log = logging.getLogger(__name__)
-
-
-class LoadCancelled(EngineError):
-    pass
-
-
-def _render_chat(tokenizer: Any, messages: list[dict]) -> str:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    # models without a template (base models such as stories260K): a plain transcript
-    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n".join(lines) + "\nAssistant:"
 
 
 class LocalEngine:
@@ -92,12 +78,11 @@ class LocalEngine:
 
     # ================================================================ client API (any thread)
     def submit(self, request: GenerationRequest) -> LocalRequestHandle:
-        if self._stopping:
-            raise EngineStoppedError("the engine is shut down")
+        self._check_open()
         check_prompt_source(request)
         params = normalize_params(request.params)
         variant = self._resolve(request.model)
-        ids = self._tokenize(variant, request)
+        ids = variant.encoder.encode(request)  # on this thread, with no engine lock held
         check_token_ids(ids, variant.vocab_size)
         take = {k: v for k, v in variant.info.sampling_defaults if k in params.model_defaults}
         if take:  # validated when the model was loaded
@@ -113,8 +98,7 @@ class LocalEngine:
             frozenset() if params.ignore_eos else variant.eos)
         handle = LocalRequestHandle(seq.request_id, variant.name, self.cancel)
         with self._lock:
-            if self._stopping:
-                raise EngineStoppedError("the engine is shut down")
+            self._check_open()  # under the lock: a crash drains the inbox under it too
             if seq.request_id in self._handles:
                 raise InvalidRequestError(f"request id {seq.request_id!r} is already in use",
                                           param="request_id")
@@ -126,6 +110,25 @@ class LocalEngine:
             self._handles[seq.request_id] = handle
             self._post(("submit", seq, variant))
         return handle
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids as submit() would compute them (callers that send one prompt
+        several times encode it once and submit the ids)."""
+        check_prompt_source(request)
+        return self._resolve(request.model).encoder.encode(request)
+
+    def set_max_waiting(self, limit: int) -> None:
+        """Change the queue limit at run time (the engine is its only owner: requests already
+        queued stay queued, new ones beyond the limit get QueueFullError)."""
+        if int(limit) < 1:
+            raise InvalidRequestError("the queue limit must be at least 1", param="max_waiting")
+        with self._lock:
+            self.config.max_waiting = int(limit)
+
+    @property
+    def crash_reason(self) -> str | None:
+        """Why the engine loop died, or None while it is healthy (restart() revives it)."""
+        return self._crashed
 
     def generate(self, request: GenerationRequest, timeout: float | None = None):
         """Submit and wait: the Completion."""
@@ -142,10 +145,10 @@ class LocalEngine:
             variants = list(self._variants.values())
             loading = self._loading[0] if self._loading else None
             waiting, running, kv_used = self._num_waiting, self._num_running, self._kv_used
-        if self._stopped or self._stopping:
-            state = "stopped"
-        elif self._crashed:
+        if self._crashed:
             state = "error"
+        elif self._stopped or self._stopping:
+            state = "stopped"
         elif loading:
             state = "loading"
         elif models:
@@ -195,20 +198,8 @@ class LocalEngine:
              force_fallback: bool = False) -> Job:
         """Load a model folder on a loader thread; the Job's result() is its ModelInfo."""
         name = name or Path(path).name
-
-        def produce(job: Job):
-            from engine.models import LoadCancelled as LoaderCancelled
-            from engine.models import ModelFolderError, ModelLoadError, load_model
-
-            try:
-                return load_model(path, device=device, dtype=dtype, name=name,
-                                  progress=lambda f, what: job._report(0.75 * f, what),
-                                  cancel=job._cancelled)
-            except LoaderCancelled:
-                raise LoadCancelled(f"loading {name} was cancelled") from None
-            except (ModelFolderError, ModelLoadError) as exc:
-                raise EngineError(str(exc)) from None
-        return self._start_load(name, produce, default, replace, force_fallback)
+        return self._start_load(name, folder_loader(path, name, device, dtype), default,
+                                replace, force_fallback)
 
     def add_model(self, loaded: Any, name: str | None = None, default: bool = False,
                   replace: bool = False, force_fallback: bool = False) -> Job:
@@ -226,6 +217,7 @@ class LocalEngine:
         """Remove a variant; its running and waiting requests end with an error."""
         job = Job(f"unload {name}")
         with self._lock:
+            self._check_open()
             if name not in self._variants:
                 raise ModelNotFoundError(f"no loaded model named {name!r}", param="model")
             self._post(("unload", name, job))
@@ -233,8 +225,7 @@ class LocalEngine:
 
     def _start_load(self, name: str, produce: Callable[[Job], Any], default: bool,
                     replace: bool, force_fallback: bool) -> Job:
-        if self._stopping:
-            raise EngineStoppedError("the engine is shut down")
+        self._check_open()
         job = Job(f"load {name}")
         with self._lock:
             if name in self._variants and not replace:
@@ -254,6 +245,7 @@ class LocalEngine:
                 if job.cancelled:
                     raise LoadCancelled(f"loading {name} was cancelled")
                 with self._lock:
+                    self._check_open()
                     self._post(("add", variant, job, default, replace))
             except BaseException as exc:  # noqa: BLE001 - reported through the job
                 with self._lock:
@@ -266,6 +258,24 @@ class LocalEngine:
 
         threading.Thread(target=work, name=f"load-{name}", daemon=True).start()
         return job
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Revive a crashed engine: each model keeps its weights and gets a fresh runner, KV
+        cache and scheduler, and a new loop thread serves them. A no-op while healthy."""
+        with self._lock:
+            if self._stopping:
+                raise EngineStoppedError("the engine is shut down")
+            if not self._crashed:
+                return
+            dead = self._thread
+        if dead is not None and dead is not threading.current_thread():
+            dead.join(timeout)  # its `finally` fails every request it held
+        fresh = {name: rebuild_variant(v, self.config) for name, v in self._variants.items()}
+        with self._lock:
+            self._variants, self._draining, self._handles = fresh, [], {}
+            self._num_waiting = self._num_running = self._kv_used = 0
+            self._crashed, self._stopped, self._thread, self.last_error = None, False, None, None
+        log.info("engine restarted with %d model(s)", len(fresh))
 
     def shutdown(self, timeout: float = 5.0) -> None:
         with self._lock:
@@ -298,22 +308,13 @@ class LocalEngine:
                 param="model")
         return variant
 
-    def _tokenize(self, variant: Variant, req: GenerationRequest) -> list[int]:
-        if req.prompt_token_ids is not None:
-            return list(req.prompt_token_ids)
-        tok = variant.tokenizer
-        with variant.tokenizer_lock:  # HF fast tokenizers are not re-entrant across threads
-            if req.messages is not None:
-                try:
-                    text = _render_chat(tok, req.messages)
-                except Exception as exc:  # noqa: BLE001 - template errors are user errors
-                    raise InvalidRequestError(f"chat template failed: {exc}",
-                                              param="messages") from None
-                # the rendered template already carries the special tokens
-                return list(tok.encode(text, add_special_tokens=False))
-            if not isinstance(req.prompt, str):
-                raise InvalidRequestError("prompt must be a string", param="prompt")
-            return list(tok.encode(req.prompt, add_special_tokens=req.add_special_tokens))
+    def _check_open(self) -> None:
+        """Refuse new work at once when the loop has died or the engine is shutting down."""
+        if self._crashed:
+            raise EngineStoppedError(f"the engine stopped after an error ({self._crashed}); "
+                                     "restart it")
+        if self._stopping:
+            raise EngineStoppedError("the engine is shut down")
 
     # ================================================================ engine thread
     def _start_thread(self) -> None:
@@ -326,7 +327,7 @@ class LocalEngine:
         """Queue a command for the engine thread (called with self._lock held)."""
         self._inbox.append(cmd)
         self._lock.notify()
-        if self._thread is None:
+        if self._thread is None and not self._crashed:
             self._start_thread()
 
     def _loop(self) -> None:
@@ -351,7 +352,7 @@ class LocalEngine:
                     self._inbox.clear()
                     stopping = self._stopping
                 for cmd in cmds:
-                    self._handle_command(cmd)
+                    self._command_contained(cmd)
                 if stopping:
                     break
                 variants = self._all_variants()
@@ -366,15 +367,37 @@ class LocalEngine:
                 self._retire_drained()
         except BaseException as exc:
             log.exception("engine loop crashed")
-            self._crashed = f"engine loop crashed: {exc}"
+            with self._lock:  # submit() checks under the lock: nothing slips into a dead inbox
+                self._crashed = f"engine loop crashed: {type(exc).__name__}: {exc}"
         finally:
             if not retired:
-                self._abort_all("the engine shut down" if not self._crashed else self._crashed)
+                if self._crashed:
+                    self._abort_all(self._crashed, "error")
+                else:
+                    self._abort_all("the engine shut down")
                 self._stopped = True
 
     def _all_variants(self) -> list[Variant]:
         with self._lock:
             return list(self._variants.values()) + list(self._draining)
+
+    def _command_contained(self, cmd: tuple) -> None:
+        """Run a command; one that fails ends with an error for its caller, never the loop."""
+        try:
+            self._handle_command(cmd)
+        except Exception as exc:
+            log.exception("engine command %r failed", cmd[0])
+            message = f"{cmd[0]} failed: {type(exc).__name__}: {exc}"
+            self.last_error = message
+            if cmd[0] == "submit":
+                seq, variant = cmd[1], cmd[2]
+                if seq.state is SeqState.WAITING and seq in variant.scheduler.waiting:
+                    self._finalize(variant, seq, "error", error=message)
+                else:
+                    self._decrement_waiting()
+                    self._finish_unscheduled(seq, variant.name, "error", message)
+            elif cmd[0] in ("add", "unload"):
+                cmd[2]._finish(error=EngineError(message))
 
     def _handle_command(self, cmd: tuple) -> None:
         kind = cmd[0]
@@ -462,7 +485,7 @@ class LocalEngine:
         generated = 0
         if ok_items:
             seqs = [it.seq for it in ok_items]
-            tokens, errors = self._sample_contained(logits, seqs)
+            tokens, errors = sample_contained(logits, seqs)
             for r, seq in enumerate(seqs):
                 if r in errors:
                     self._finalize(v, seq, "error", error=errors[r])
@@ -498,21 +521,6 @@ class LocalEngine:
             except Exception:
                 log.exception("engine listener failed")
 
-    def _sample_contained(self, logits, seqs: list[Sequence]):
-        try:
-            return sample(logits, seqs)
-        except Exception:  # noqa: BLE001 - find the row that breaks it
-            tokens, errors = [None] * len(seqs), {}
-            for r, seq in enumerate(seqs):
-                try:
-                    t, e = sample(logits[r:r + 1], [seq])
-                    tokens[r] = t[0]
-                    if e:
-                        errors[r] = e[0]
-                except Exception as exc:  # noqa: BLE001
-                    errors[r] = f"sampling failed: {type(exc).__name__}: {exc}"
-            return tokens, errors
-
     def _append_token(self, v: Variant, seq: Sequence, tok: int) -> FinishEvent | None:
         seq.output_ids.append(tok)
         seq.token_times.append(time.monotonic())
@@ -543,37 +551,21 @@ class LocalEngine:
                   pre_events: list[Event] | None = None) -> FinishEvent:
         was_waiting = seq.state is SeqState.WAITING
         v.scheduler.finish(seq, reason)
-        v.runner.release(seq)
         if was_waiting:
             self._decrement_waiting()
         seq.error = error
-        fin = self._finish_event(seq, v.name, reason, error)
+        fin = finish_event(seq, v.name, reason, error)
         self.metrics.record_finish(fin.timings, failed=reason == "error")
         self._finished_since_stats.append(fin)
         with self._lock:
             handle = self._handles.pop(seq.request_id, None)
         if handle is not None:
             handle._push((pre_events or []) + [fin])
+        v.runner.release(seq)  # last: a runner failing here has already let its caller go
         return fin
 
-    def _finish_event(self, seq: Sequence, model: str, reason: str,
-                      error: str | None) -> FinishEvent:
-        now = time.monotonic()
-        times = seq.token_times
-        n = len(seq.output_ids)
-        ttft = times[0] - seq.arrival_mono if times else None
-        e2e = now - seq.arrival_mono
-        tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else None
-        itl = tuple(b - a for a, b in itertools.pairwise(times))
-        queue = (seq.first_scheduled - seq.arrival_mono) if seq.first_scheduled else e2e
-        timings = RequestTimings(arrival=seq.arrival, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
-                                 tpot_s=tpot, itl_s=itl)
-        usage = Usage(len(seq.prompt_ids), n, seq.num_cached)
-        return FinishEvent(seq.request_id, reason, usage, timings, model, error=error,
-                           stop_reason=seq.stop_reason)
-
     def _finish_unscheduled(self, seq: Sequence, model: str, reason: str, error: str) -> None:
-        fin = self._finish_event(seq, model, reason, error)
+        fin = finish_event(seq, model, reason, error)
         self.metrics.record_finish(fin.timings, failed=True)
         self._finished_since_stats.append(fin)
         with self._lock:
@@ -589,18 +581,21 @@ class LocalEngine:
         for seq in list(v.scheduler.running) + list(v.scheduler.waiting):
             self._finalize(v, seq, "error", error=message)
 
-    def _abort_all(self, message: str) -> None:
-        try:
-            for v in self._all_variants():
-                for seq in list(v.scheduler.running) + list(v.scheduler.waiting):
-                    self._finalize(v, seq, "cancelled", error=message)
-            with self._lock:
-                pending = list(self._inbox)
-                self._inbox.clear()
-            for cmd in pending:
-                if cmd[0] == "submit":
-                    self._finish_unscheduled(cmd[1], cmd[2].name, "cancelled", message)
-                elif cmd[0] in ("add", "unload"):
-                    cmd[2]._finish(error=EngineStoppedError(message))
-        except Exception:
-            log.exception("abort on shutdown failed")
+    def _abort_all(self, message: str, reason: str = "cancelled") -> None:
+        """End every request and job the engine holds (shutdown, or a dead loop); never
+        leaves a caller waiting, whatever state the crash left the runners in."""
+        for v in self._all_variants():
+            for seq in list(v.scheduler.running) + list(v.scheduler.waiting):
+                try:
+                    self._finalize(v, seq, reason, error=message)
+                except Exception:  # its handle is ended below
+                    log.exception("could not end request %s cleanly", seq.request_id)
+        with self._lock:
+            pending, self._inbox = list(self._inbox), deque()
+            left, self._handles = list(self._handles.values()), {}
+            self._num_waiting = 0
+        for cmd in pending:
+            if cmd[0] in ("add", "unload"):
+                cmd[2]._finish(error=EngineStoppedError(message))
+        for handle in left:  # still queued, or caught mid-step
+            self.metrics.record_finish(handle._abandon(reason, message).timings, failed=True)

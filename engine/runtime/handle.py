@@ -11,11 +11,20 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from engine.runtime.types import Completion, EngineError, Event, FinishEvent, TokenEvent
+from engine.runtime.types import (
+    Completion,
+    EngineError,
+    Event,
+    FinishEvent,
+    RequestTimings,
+    TokenEvent,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +119,16 @@ class LocalRequestHandle(_Waiters):
                 cb(events)
             except Exception:  # a consumer's bug must not stop the engine
                 log.exception("request event callback failed")
+
+    def _abandon(self, reason: str, message: str) -> FinishEvent:
+        """End a request the engine can no longer run (it stopped, or its loop died)."""
+        with self._cond:
+            produced = len(self._ids)
+        fin = FinishEvent(self.request_id, reason, Usage(0, produced),
+                          RequestTimings(arrival=time.time(), queue_s=0.0, ttft_s=None,
+                                         e2e_s=0.0, tpot_s=None), self.model, error=message)
+        self._push([fin])
+        return fin
 
     # ---------------------------------------------------------------- consumers
     def add_callback(self, fn: Callable[[list[Event]], None]) -> None:

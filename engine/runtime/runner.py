@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -139,8 +138,6 @@ class BatchedRunner:
             else (None, "PyTorch kernels requested"))
         if self.decode_plan is None:
             log.info("decode steps on PyTorch: %s", self.decode_plan_reason)
-        # test-only fault injection: called with each scheduled Sequence while inputs are built
-        self.fault_hook: Callable[[Sequence], None] | None = None
 
     @staticmethod
     def _layer_calls(layer: Any, native: bool) -> tuple:
@@ -184,8 +181,6 @@ class BatchedRunner:
         sample_rows: list[int] = []
         for it in items:
             seq = it.seq
-            if self.fault_hook is not None:
-                self.fault_hook(seq)
             ids.extend(seq.token_slice(it.start, it.start + it.num_tokens))
             pos.extend(range(it.start, it.start + it.num_tokens))
             slots.extend([seq.slot] * it.num_tokens)
@@ -313,7 +308,6 @@ class FallbackRunner:
         self.model = model
         self.max_len = max_len
         self.device = next(model.parameters()).device
-        self.fault_hook: Callable[[Sequence], None] | None = None
         # transformers renamed `past_key_values` to `cache` (5.x deprecation); use what exists
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -335,8 +329,6 @@ class FallbackRunner:
         rows = []
         for it in items:
             seq = it.seq
-            if self.fault_hook is not None:
-                self.fault_hook(seq)
             cache = seq.extra.get("hf_cache")
             if cache is None:
                 cache = seq.extra["hf_cache"] = DynamicCache()

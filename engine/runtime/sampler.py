@@ -119,3 +119,20 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int | None]
             continue
         tokens[i] = int(idx[j])
     return tokens, errors
+
+
+def sample_contained(logits: torch.Tensor, seqs: list[Sequence]):
+    """sample(), but a row that breaks it fails alone: (tokens, {row: error message})."""
+    try:
+        return sample(logits, seqs)
+    except Exception:  # noqa: BLE001 - find the row that breaks it
+        tokens, errors = [None] * len(seqs), {}
+        for r, seq in enumerate(seqs):
+            try:
+                t, e = sample(logits[r:r + 1], [seq])
+                tokens[r] = t[0]
+                if e:
+                    errors[r] = e[0]
+            except Exception as exc:  # noqa: BLE001
+                errors[r] = f"sampling failed: {type(exc).__name__}: {exc}"
+        return tokens, errors

@@ -8,6 +8,8 @@ Pure Python so it can be tested without a model. Each step:
    preemption: a slot is sized for prompt + max_tokens, so a running sequence never runs out of
    KV and never needs to be evicted).
 Finished and cancelled sequences leave at once (`finish`), freeing their slot for the next step.
+The waiting queue has no bound of its own: the engine's `max_waiting` is the one limit, checked
+when a request is submitted (so changing it at run time never makes a queued request fail here).
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ from dataclasses import dataclass, field
 
 from engine.runtime.kv_slots import SlotAllocator
 from engine.runtime.sequence import SeqState, Sequence
-
-
-class QueueFull(Exception):
-    pass
 
 
 @dataclass
@@ -56,20 +54,17 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, allocator: SlotAllocator, max_running: int = 16,
-                 max_batched_tokens: int = 256, max_waiting: int = 256):
+                 max_batched_tokens: int = 256):
         if max_batched_tokens < 1 or max_running < 1:
             raise ValueError("budgets must be positive")
         self.allocator = allocator
         self.max_running = min(max_running, allocator.num_slots)
         self.max_batched_tokens = max_batched_tokens
-        self.max_waiting = max_waiting
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
     # ---------------------------------------------------------------- queue
     def add(self, seq: Sequence) -> None:
-        if len(self.waiting) >= self.max_waiting:
-            raise QueueFull(f"waiting queue is full ({self.max_waiting} requests)")
         seq.state = SeqState.WAITING
         self.waiting.append(seq)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.runtime.config import EngineConfig
 from engine.runtime.kv_slots import SlotAllocator
+from engine.runtime.prompting import PromptEncoder
 from engine.runtime.runner import make_runner
 from engine.runtime.scheduler import Scheduler
 from engine.runtime.types import (
@@ -76,8 +76,11 @@ class Variant:
     eos: frozenset[int]
     vocab_size: int
     max_len: int
-    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
     draining: bool = False
+    encoder: PromptEncoder = field(init=False)  # prompts -> ids, on the caller's thread
+
+    def __post_init__(self) -> None:
+        self.encoder = PromptEncoder(self.loaded.tokenizer)
 
     @property
     def tokenizer(self) -> Any:
@@ -104,8 +107,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
                               prefix_caching=config.prefix_caching and batched,
                               min_prefix_tokens=config.min_prefix_tokens)
     scheduler = Scheduler(allocator, max_running=config.max_running,
-                          max_batched_tokens=config.max_batched_tokens,
-                          max_waiting=config.max_waiting)
+                          max_batched_tokens=config.max_batched_tokens)
     n_params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
@@ -122,3 +124,9 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
                    max_len=max_len)
+
+
+def rebuild_variant(old: Variant, config: EngineConfig) -> Variant:
+    """The same weights with a fresh runner, KV cache and scheduler (an engine restart)."""
+    return build_variant(old.loaded, old.name, config,
+                         force_fallback=old.info.path_kind == "fallback")

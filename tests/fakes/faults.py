@@ -1,0 +1,91 @@
+"""Fault injection through a real engine's real parts.
+
+Each variant's runner and scheduler stay the engine's own; these helpers wrap one of their
+methods on the instance (never the class), so a test sees every scheduled sequence before the
+step runs and can delay it or make it fail, and everything is put back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def _variants(engine):
+    return list(engine._variants.values())
+
+
+@contextlib.contextmanager
+def before_each_sequence(engine, fn):
+    """Call fn(seq) for every sequence of every step, before the runner computes it."""
+    runners = [v.runner for v in _variants(engine)]
+    for r in runners:
+        original = r.execute
+
+        def execute(items, decode_count, _original=original):
+            for it in items:
+                fn(it.seq)
+            return _original(items, decode_count)
+        r.execute = execute
+    try:
+        yield
+    finally:
+        for r in runners:
+            r.__dict__.pop("execute", None)
+
+
+class EngineKilled(BaseException):
+    """What no `except Exception` contains: the step, and with it the engine loop, dies."""
+
+
+@contextlib.contextmanager
+def fatal_fault(engine, when=lambda seq: True):
+    """The runner raises EngineKilled for the sequences `when` picks: a fault that escapes
+    every per-request containment and kills the engine loop."""
+    def check(seq):
+        if when(seq):
+            raise EngineKilled("injected: the engine thread was killed")
+    with before_each_sequence(engine, check):
+        yield
+
+
+@contextlib.contextmanager
+def failing_release(engine, when=lambda seq: True):
+    """Releasing the sequences `when` picks fails in the runner (its cleanup is broken)."""
+    runners = [v.runner for v in _variants(engine)]
+    for r in runners:
+        original = r.release
+
+        def release(seq, _original=original):
+            if when(seq):
+                raise InjectedFault("injected: releasing the sequence failed")
+            return _original(seq)
+        r.release = release
+    try:
+        yield
+    finally:
+        for r in runners:
+            r.__dict__.pop("release", None)
+
+
+@contextlib.contextmanager
+def failing_submit_command(engine, when=lambda seq: True):
+    """The engine thread's "submit" command fails for the sequences `when` picks (the
+    scheduler refuses them), as a broken command handler would."""
+    schedulers = [v.scheduler for v in _variants(engine)]
+    for s in schedulers:
+        original = s.add
+
+        def add(seq, _original=original):
+            if when(seq):
+                raise InjectedFault("injected: the scheduler refused the request")
+            return _original(seq)
+        s.add = add
+    try:
+        yield
+    finally:
+        for s in schedulers:
+            s.__dict__.pop("add", None)
