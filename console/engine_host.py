@@ -47,6 +47,7 @@ class EngineHost(QObject):
     load_started = Signal(object)  # LoadJob
     load_progress = Signal(int, float, str)  # job id, fraction 0..1, stage
     load_finished = Signal(int, object, str)  # job id, ModelInfo | None, error ("" when ok)
+    engine_restarted = Signal(str)  # "" when a crashed engine serves again, else the error
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -206,6 +207,27 @@ class EngineHost(QObject):
             self.models_changed.emit(self.models())
 
         self._spawn(work, f"unload-{name}")
+
+    def restart_engine(self) -> bool:
+        """Revive a crashed engine on a worker thread (it rebuilds every model's KV cache);
+        False when there is nothing to restart."""
+        engine = self.engine
+        if engine is None or not getattr(engine, "crash_reason", None):
+            return False
+
+        def work():
+            try:
+                engine.restart()
+                error = ""
+            except Exception as exc:  # noqa: BLE001 - shown on the crash banner
+                error = _one_line(exc)
+                log.warning("engine restart failed: %s", error)
+            if not self._closing:
+                self.engine_restarted.emit(error)
+                self.models_changed.emit(self.models())
+
+        self._spawn(work, "engine-restart")
+        return True
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QStackedWidget,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -23,6 +24,7 @@ from console.pages import PAGES
 from console.pages.base import Page
 from console.theme import THEME_NAMES, app_icon, apply_theme
 from console.widgets.basic import Badge, Lamp
+from console.widgets.engine_alert import EngineCrashBanner
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,13 @@ class MainWindow(QMainWindow):
         self.sidebar.setFocusPolicy(Qt.NoFocus)
         self.stack = QStackedWidget()
         lay.addWidget(self.sidebar)
-        lay.addWidget(self.stack, 1)
+        right = QVBoxLayout()
+        right.setContentsMargins(0, 0, 0, 0)
+        right.setSpacing(0)
+        self.crash_banner = EngineCrashBanner()  # shown while the engine loop is dead
+        right.addWidget(self.crash_banner)
+        right.addWidget(self.stack, 1)
+        lay.addLayout(right, 1)
         self.setCentralWidget(central)
         for module, cls in PAGES:
             self.add_page(getattr(importlib.import_module(module), cls)(ctx))
@@ -116,11 +124,18 @@ class MainWindow(QMainWindow):
         host.engine_failed.connect(lambda msg: self.engine_label.setText(f"engine: failed ({msg})"))
         host.engine_starting.connect(lambda: self.engine_label.setText("engine: starting"))
         host.engine_ready.connect(lambda _e: self.engine_label.setText("engine: idle"))
+        self.crash_banner.restart_requested.connect(host.restart_engine)
+        host.engine_restarted.connect(
+            lambda err: self.crash_banner.restart_failed(err) if err else None)
         self.server_lamp.set_state("off", "The HTTP API server is not running")
 
     def _on_stats(self, stats) -> None:
         state = stats.state if not stats.loading else f"loading {stats.loading}"
         self.engine_label.setText(f"engine: {state}")
+        if stats.state == "error":
+            self.crash_banner.show_crash(stats.last_error or "")
+        elif stats.state != "stopped":
+            self.crash_banner.clear()
         self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}")
 
     def _on_models(self, models) -> None:

@@ -133,7 +133,9 @@ class ServerPage(Page):
         self.max_queue.setRange(1, 100000)
         self.max_queue.setValue(int(s.value("server/max_queue", 256)))
         self.max_queue.setToolTip("Waiting requests beyond this get HTTP 429 (the engine's queue "
-                                  "limit, shared with Chat)")
+                                  "limit, shared with Chat; applies at once, also while the "
+                                  "server runs)")
+        self.max_queue.valueChanged.connect(self.apply_queue_limit)
         form.addRow("Max queue", self.max_queue)
         self.autostart = QCheckBox("Start the server when the console starts")
         self.autostart.setChecked(s.value("server/autostart", False, type=bool))
@@ -312,11 +314,7 @@ class ServerPage(Page):
             self._show_error("Listening on the network needs an API key: press Generate.")
             return False
         self._save_settings()
-        # the queue limit belongs to the engine (Chat shares it); the admission middleware
-        # answers 429 from it before parsing a body
-        engine_config = getattr(engine, "config", None)
-        if engine_config is not None:
-            engine_config.max_waiting = self.max_queue.value()
+        self.apply_queue_limit()
         host, port = self.host(), self.port.value()
         key = self.api_key.text().strip() or None
         cors = self.cors.text()
@@ -364,9 +362,17 @@ class ServerPage(Page):
         threading.Thread(target=work, name="server-stop", daemon=True).start()
         return True
 
+    def apply_queue_limit(self) -> None:
+        """Hand the queue limit to the engine, its one owner (Chat shares it; the admission
+        middleware answers 429 from it before parsing a body); safe while requests run."""
+        engine = self.ctx.bridge.engine
+        if engine is not None and hasattr(engine, "set_max_waiting"):
+            engine.set_max_waiting(self.max_queue.value())
+        self.ctx.settings.setValue("server/max_queue", self.max_queue.value())
+
     def _set_busy(self, busy: bool, text: str = "") -> None:
         self._busy = busy
-        for w in (self.lan, self.port, self.api_key, self.gen_key, self.cors, self.max_queue):
+        for w in (self.lan, self.port, self.api_key, self.gen_key, self.cors):
             w.setEnabled(not busy and not self.running())
         self.switch.setEnabled(not busy)
         if busy:
@@ -414,6 +420,7 @@ class ServerPage(Page):
         self.ctx.server_state_changed.emit(state, lamp_text)
 
     def _on_engine_ready(self, _engine) -> None:
+        self.apply_queue_limit()
         if self.autostart.isChecked() and not self.running():
             self.start()
 
