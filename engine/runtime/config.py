@@ -30,6 +30,9 @@ class EngineConfig:
     # an engine with nothing to do for this long ends its thread (and that thread's OpenMP
     # team, engine.runtime.threads); the next request starts a new one. 0 = keep it
     idle_thread_s: float = 5.0
+    # how chat replies are split into reasoning and answer (engine.runtime.reasoning):
+    # "auto" (from each model's chat template), "deepseek_r1", "qwen3" or "none"
+    reasoning_parser: str = "auto"
 
     def resolve_threads(self) -> int:
         if self.num_threads:

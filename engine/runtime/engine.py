@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.runtime.config import EngineConfig
-from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
 from engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
 from engine.runtime.loading import LoadCancelled, folder_loader
 from engine.runtime.metrics import EngineMetrics, StepStats
+from engine.runtime.output import OutputProcessor, reasoning_parser_for
 from engine.runtime.runner import run_step
 from engine.runtime.sampler import sample_contained
 from engine.runtime.sequence import SeqState, Sequence, finish_event
@@ -92,10 +92,10 @@ class LocalEngine:
             params = dataclasses.replace(params, max_tokens=fit)
         check_context(len(ids), params.max_tokens, variant.max_len)
         seq = Sequence(request_id=request.request_id, prompt_ids=ids, params=params)
-        seq.extra["detok"] = IncrementalDetokenizer(variant.tokenizer, ids)
-        seq.extra["stop"] = StopStringFilter(params.stop)
-        seq.extra["stop_ids"] = frozenset(params.stop_token_ids) | (
+        stop_ids = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos else variant.eos)
+        seq.extra["out"] = OutputProcessor(variant.tokenizer, ids, params, stop_ids,
+                                           reasoning_parser_for(variant, request, ids))
         handle = LocalRequestHandle(seq.request_id, variant.name, self.cancel)
         with self._lock:
             self._check_open()  # under the lock: a crash drains the inbox under it too
@@ -522,30 +522,20 @@ class LocalEngine:
                 log.exception("engine listener failed")
 
     def _append_token(self, v: Variant, seq: Sequence, tok: int) -> FinishEvent | None:
+        now = time.monotonic()
         seq.output_ids.append(tok)
-        seq.token_times.append(time.monotonic())
-        stop_filter: StopStringFilter = seq.extra["stop"]
-        reason = None
-        if tok in seq.extra["stop_ids"]:
-            text = stop_filter.flush()
-            reason = "stop"
-            seq.stop_reason = tok if tok in seq.params.stop_token_ids else None
-        else:
-            delta = seq.extra["detok"].step(tok)
-            text, hit = stop_filter.feed(delta) if delta else ("", None)
-            if hit is not None:
-                reason = "stop"
-                seq.stop_reason = hit
-        if reason is None and len(seq.output_ids) >= seq.params.max_tokens:
-            reason = "length"
-            text += stop_filter.flush()
-        handle = self._handles.get(seq.request_id)
-        events: list[Event] = [TokenEvent(seq.request_id, text, (tok,))]
-        if reason is None:
+        seq.token_times.append(now)
+        out = seq.extra["out"].step(tok, len(seq.output_ids), now)
+        if out.stop_reason is not None:
+            seq.stop_reason = out.stop_reason
+        events: list[Event] = [TokenEvent(seq.request_id, out.text, (tok,), out.reasoning,
+                                          out.reasoning_tokens)]
+        if out.finish is None:
+            handle = self._handles.get(seq.request_id)
             if handle is not None:
                 handle._push(events)
             return None
-        return self._finalize(v, seq, reason, pre_events=events)
+        return self._finalize(v, seq, out.finish, pre_events=events)
 
     def _finalize(self, v: Variant, seq: Sequence, reason: str, error: str | None = None,
                   pre_events: list[Event] | None = None) -> FinishEvent:
@@ -555,6 +545,8 @@ class LocalEngine:
             self._decrement_waiting()
         seq.error = error
         fin = finish_event(seq, v.name, reason, error)
+        if "out" in seq.extra:  # reasoning tokens, time to the first answer token
+            fin = seq.extra["out"].annotate(fin, seq.arrival_mono)
         self.metrics.record_finish(fin.timings, failed=reason == "error")
         self._finished_since_stats.append(fin)
         with self._lock:

@@ -99,6 +99,7 @@ class LocalRequestHandle(_Waiters):
         self._buf: deque[Event] = deque()
         self._finish: FinishEvent | None = None
         self._text: list[str] = []
+        self._reasoning: list[str] = []
         self._ids: list[int] = []
         self._callbacks: list[Callable[[list[Event]], None]] = []
 
@@ -108,6 +109,8 @@ class LocalRequestHandle(_Waiters):
             for ev in events:
                 if isinstance(ev, TokenEvent):
                     self._text.append(ev.text)
+                    if ev.reasoning:
+                        self._reasoning.append(ev.reasoning)
                     self._ids.extend(ev.token_ids)
                 else:
                     self._finish = ev
@@ -197,7 +200,7 @@ class LocalRequestHandle(_Waiters):
             if not self._cond.wait_for(lambda: self._finish is not None, timeout):
                 raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
             return Completion(self.request_id, "".join(self._text), tuple(self._ids),
-                              self._finish)
+                              self._finish, "".join(self._reasoning))
 
     async def aresult(self) -> Completion:
         async for _ in self:

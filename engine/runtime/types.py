@@ -134,6 +134,9 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    # completion tokens of the reasoning (<think> block, tags included); None when the request
+    # had no reasoning parser (engine.runtime.reasoning)
+    reasoning_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -154,6 +157,10 @@ class RequestTimings:
     e2e_s: float
     tpot_s: float | None
     itl_s: tuple[float, ...] = ()
+    # arrival -> first token of the answer (after the reasoning); equals ttft_s for requests
+    # without a reasoning parser, None if the answer never started
+    first_answer_s: float | None = None
+    reasoning_s: float | None = None  # first to last reasoning token (None: no reasoning)
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -165,11 +172,17 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """New text for one request. `text` is UTF-8 safe and never contains (part of) a stop string."""
+    """New text for one request. `text` is UTF-8 safe and never contains (part of) a stop string.
+
+    `text` is the answer; with a reasoning parser the reasoning (the <think> block, without the
+    tags) arrives in `reasoning`, and `reasoning_tokens` counts the tokens newly known to be
+    reasoning (their sum is Usage.reasoning_tokens)."""
 
     request_id: str
     text: str
     token_ids: tuple[int, ...]
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,7 @@ class Completion:
     text: str
     token_ids: tuple[int, ...]
     finish: FinishEvent
+    reasoning: str = ""  # the reasoning, apart from the answer in `text`
 
 
 # ----------------------------------------------------------------------------- models and stats
@@ -227,6 +241,8 @@ class ModelInfo:
     int8_kernels: str = ""
     # the model's sampling defaults (generation_config.json), as (field, value) pairs
     sampling_defaults: tuple[tuple[str, float], ...] = ()
+    # the reasoning parser chat requests get ("deepseek_r1", "qwen3"), None for none
+    reasoning_parser: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 from engine.runtime.config import EngineConfig
 from engine.runtime.kv_slots import SlotAllocator
 from engine.runtime.prompting import PromptEncoder
+from engine.runtime.reasoning import choose_parser
 from engine.runtime.runner import make_runner
 from engine.runtime.scheduler import Scheduler
 from engine.runtime.types import (
@@ -120,7 +121,9 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
         decode_step="native" if getattr(runner, "decode_plan", None) is not None else "torch",
         int8_kernels=int8_kernels(model),
-        sampling_defaults=tuple(sampling_defaults(model).items()))
+        sampling_defaults=tuple(sampling_defaults(model).items()),
+        reasoning_parser=choose_parser(config.reasoning_parser,
+                                       getattr(loaded.tokenizer, "chat_template", None)))
     return Variant(name=name, loaded=loaded, runner=runner, allocator=allocator,
                    scheduler=scheduler, info=info, eos=eos_ids(loaded), vocab_size=vocab,
                    max_len=max_len)
