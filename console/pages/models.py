@@ -47,10 +47,14 @@ class ModelsPage(Page):
         head.addStretch(1)
         self.open_btn = QPushButton("Open folder…")
         self.open_btn.setProperty("primary", True)
+        self.open_gguf_btn = QPushButton("Open GGUF…")
+        self.open_gguf_btn.setToolTip("A .gguf file (llama.cpp, LM Studio, Ollama): converted to "
+                                      "float once, then cached")
         self.recent = QComboBox()
         self.recent.setMinimumWidth(320)
         self.recent.setPlaceholderText("Recent model folders")
         head.addWidget(self.recent)
+        head.addWidget(self.open_gguf_btn)
         head.addWidget(self.open_btn)
         root.addLayout(head)
 
@@ -164,6 +168,7 @@ class ModelsPage(Page):
 
         host = ctx.engine_host
         self.open_btn.clicked.connect(self.choose_folder)
+        self.open_gguf_btn.clicked.connect(self.choose_gguf)
         self.recent.activated.connect(lambda i: self.open_folder(self.recent.itemData(i)))
         self.load_btn.clicked.connect(self.start_load)
         self.cancel_btn.clicked.connect(self.cancel_load)
@@ -186,6 +191,14 @@ class ModelsPage(Page):
         dialog = QFileDialog(self, "Open a model folder")
         dialog.setFileMode(QFileDialog.Directory)
         dialog.setOption(QFileDialog.ShowDirsOnly, True)
+        dialog.fileSelected.connect(self.open_folder)
+        dialog.open()
+        self._dialog = dialog
+
+    def choose_gguf(self) -> None:
+        dialog = QFileDialog(self, "Open a GGUF model")
+        dialog.setFileMode(QFileDialog.ExistingFile)
+        dialog.setNameFilter("GGUF models (*.gguf)")
         dialog.fileSelected.connect(self.open_folder)
         dialog.open()
         self._dialog = dialog
@@ -220,12 +233,13 @@ class ModelsPage(Page):
         f["vocab"].setText(f"{report.vocab_size:,}" if report.vocab_size else "–")
         f["ctx"].setText(f"{report.max_context:,}" if report.max_context else "–")
         f["ckpt"].setText(f"{fmt_bytes(report.checkpoint_bytes)} {report.checkpoint_dtype or ''}"
-                          + (f" · {report.quantization}" if report.quantization else ""))
+                          + (f" · {report.quantization}" if report.quantization else "")
+                          + (" · GGUF" if report.source_format == "gguf" else ""))
         f["template"].setText("yes" if report.has_chat_template else "no (plain prompt)")
         f["path_kind"].setText("batched" if report.batched else "generic fallback")
         self.warnings.setText("\n".join(f"⚠ {w}" for w in report.warnings))
         existing = {m.name for m in self.ctx.engine_host.models()}
-        name = Path(report.path).name
+        name = Path(report.path).stem if report.source_format == "gguf" else Path(report.path).name
         base, i = name, 2
         while name in existing:
             name, i = f"{base}-{i}", i + 1

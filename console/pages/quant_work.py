@@ -197,10 +197,8 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
-    from engine.quant.calib import read_texts
+def eval_file(plan: QuantPlan) -> Path:
     from engine.quant.config import QuantError
-    from engine.quant.report import text_token_ids
 
     path = default_eval_file()
     if path is None and plan.calib_file:
@@ -208,6 +206,15 @@ def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
     if path is None:
         raise QuantError("no evaluation text: the shipped calibration text is missing; choose a "
                          "calibration file on the Calibration step")
+    return path
+
+
+def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
+    from engine.quant.calib import read_texts
+    from engine.quant.config import QuantError
+    from engine.quant.report import text_token_ids
+
+    path = eval_file(plan)
     ids = text_token_ids(tokenizer, read_texts(str(path)))[:plan.eval_tokens]
     if len(ids) < 64:
         raise QuantError(f"evaluation text {path.name} is too short ({len(ids)} tokens)")
@@ -217,6 +224,7 @@ def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
 def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float = 0.0,
             hi: float = 1.0) -> tuple[VariantMeasure, VariantMeasure, str]:
     from engine.models.loader import load_model
+    from engine.quant import eval_methods as em
     from engine.quant import evaluate as ev
     from engine.quant.calib import Cancelled
     from engine.quant.report import dir_bytes
@@ -231,6 +239,7 @@ def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float =
     check()
     qu = load_model(quant_dir, device="cpu", dtype="float32")
     ids, source = eval_ids(fl.tokenizer, plan)
+    whole, docs = em.read_eval_text(eval_file(plan))
     window = min(int(getattr(fl.config, "max_position_embeddings", 256) or 256), 256)
     prompts = [ids[i * 48:i * 48 + 12] for i in range(plan.eval_prompts)
                if len(ids) >= i * 48 + 12]
@@ -239,11 +248,13 @@ def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float =
                                                 (qu, quant_dir, plan.method))):
         base = lo + span * i / 2
         report(base, f"measuring {method}: perplexity")
-        ppl = ev.perplexity(loaded.model, ids, window=window, stride=window,
-                            progress=lambda d, t, b=base, m=method: report(b + span * 0.3 * d / t,
-                                                                 f"measuring {m}: "
-                                                                 f"perplexity {d}/{t}"),
-                            cancel=cancel).perplexity
+        # llama.cpp's chunk method, as `npu-console eval` (engine.quant.eval_methods)
+        ppl = em.evaluate_texts(
+            loaded.model, loaded.tokenizer, docs, "chunks", window, whole=whole,
+            max_tokens=plan.eval_tokens,
+            progress=lambda d, t, b=base, m=method: report(b + span * 0.3 * d / t,
+                                                           f"measuring {m}: perplexity {d}/{t}"),
+            cancel=cancel).perplexity
         check()
         report(base + span * 0.3, f"measuring {method}: greedy agreement")
         greedy = [ev.greedy_tokens(loaded.model, p, plan.new_tokens) for p in prompts]

@@ -20,6 +20,15 @@ def add_model_args(p, device: bool = True) -> None:
         p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
 
 
+def add_reasoning_arg(p) -> None:
+    from engine.runtime.reasoning import PARSER_CHOICES
+
+    p.add_argument("--reasoning-parser", default="auto", choices=PARSER_CHOICES,
+                   help="how a reasoning model's chat replies are split into reasoning "
+                        "(<think> ... </think>) and answer: auto (chosen from the chat "
+                        "template), deepseek_r1, qwen3, or none (raw text, tags included)")
+
+
 def resolve_device_dtype(args) -> tuple[str, str]:
     from engine.devices import default_dtype, get_device
 
@@ -60,6 +69,8 @@ def load_for_cli(args, quiet: bool = False):
         if not quiet and sys.stderr.isatty():
             print("\r" + " " * 50 + "\r", end="", file=sys.stderr)
     except (ModelFolderError, ModelLoadError, LoadCancelled) as exc:
-        raise CliError(str(exc)) from None
+        # a path that does not exist is a usage error (2); a model that exists but cannot be
+        # loaded (a corrupt or unsupported file) is a failure of the run (1)
+        raise CliError(str(exc), code=1 if Path(path).exists() else 2) from None
     add_recent_model(path)
     return loaded

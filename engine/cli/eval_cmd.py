@@ -1,4 +1,5 @@
-"""`npu-console eval`: perplexity of any loadable model (float or INT8) on a text file."""
+"""`npu-console eval`: perplexity of any loadable model (float, INT8 or GGUF) on a text file,
+by llama.cpp's method (default) or per document (engine.quant.eval_methods)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ import sys
 
 def register(sub) -> None:
     from engine.cli.common import add_model_args
+    from engine.quant.eval_methods import DEFAULT_CTX
 
-    p = sub.add_parser("eval", help="perplexity of a model on a text file (sliding window)")
+    p = sub.add_parser("eval", help="perplexity of a model on a text file (as llama-perplexity)")
     add_model_args(p)
     p.add_argument("--data", required=True, metavar="FILE", help="held-out text (.txt or .jsonl)")
+    p.add_argument("--ctx", type=int, default=None,
+                   help=f"tokens per chunk (default {DEFAULT_CTX}, capped by the model's context)")
+    p.add_argument("--per-document", action="store_true",
+                   help="score each .jsonl record / blank-line-separated paragraph on its own, "
+                        "BOS first (as lm-eval)")
     p.add_argument("--window", type=int, default=None,
-                   help="tokens per window (default: min(context, 1024))")
-    p.add_argument("--stride", type=int, default=None, help="new tokens per window (default window/2)")
-    p.add_argument("--max-tokens", type=int, default=None, help="evaluate only the first N tokens")
+                   help="the earlier sliding-window method: tokens per window")
+    p.add_argument("--stride", type=int, default=None,
+                   help="with --window: new tokens per window (default window/2)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="evaluate only about the first N tokens (whole chunks)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -23,36 +32,39 @@ def register(sub) -> None:
 def run(args) -> int:
     from engine.cli.common import load_for_cli
     from engine.cli.errors import CliError
+    from engine.quant import eval_methods as em
     from engine.quant.config import QuantError
-    from engine.quant.report import text_token_ids
 
+    if args.per_document and args.window:
+        raise CliError("--per-document and --window are two different methods; choose one")
     try:
-        from engine.quant.calib import read_texts
-
-        texts = read_texts(args.data)
+        whole, docs = em.read_eval_text(args.data)
     except QuantError as exc:
         raise CliError(str(exc).replace("calibration file", "data file")) from None
+    except OSError as exc:
+        raise CliError(f"{args.data}: cannot read: {exc.strerror or exc}") from None
+    ctx = args.window or args.ctx or em.DEFAULT_CTX
+    if ctx < 4:
+        raise CliError("--ctx must be at least 4")
+    method = "documents" if args.per_document else ("sliding" if args.window else "chunks")
     loaded = load_for_cli(args, quiet=args.json)
-    ids = text_token_ids(loaded.tokenizer, texts)
-    if args.max_tokens:
-        ids = ids[: args.max_tokens]
-    if len(ids) < 2:
-        raise CliError(f"{args.data}: fewer than 2 tokens of text")
-    from engine.quant.evaluate import perplexity
-
-    ctx = int(getattr(loaded.model.config, "max_position_embeddings", 1024) or 1024)
-    window = args.window or min(ctx, 1024)
-    if window < 2:
-        raise CliError("--window must be at least 2")
-    stride = args.stride or max(1, window // 2)
-    res = perplexity(loaded.model, ids, window=window, stride=stride)
-    out = {"perplexity": res.perplexity, "tokens": res.tokens, "nll": res.nll,
-           "window": window, "stride": stride, "model": str(loaded.path),
-           "quantization": loaded.quantization, "dtype": loaded.dtype}
+    try:
+        if method == "sliding":
+            res = em.sliding(loaded.model, loaded.tokenizer, docs, ctx, stride=args.stride,
+                             max_tokens=args.max_tokens)
+        else:
+            res = em.evaluate_texts(loaded.model, loaded.tokenizer, docs, method, ctx,
+                                    whole=whole, max_tokens=args.max_tokens)
+    except ValueError as exc:
+        raise CliError(f"{args.data}: {exc}") from None
+    out = {**res.to_dict(), "model": str(loaded.path), "quantization": loaded.quantization,
+           "dtype": loaded.dtype, "data": str(args.data)}
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"perplexity {res.perplexity:.4f} over {res.tokens} tokens "
-              f"(window {window}, stride {stride})")
+        what = {"chunks": f"{res.pieces} chunks of {res.ctx}, second halves scored (llama.cpp)",
+                "documents": f"{res.pieces} documents, BOS first, ctx {res.ctx} (lm-eval)",
+                "sliding": f"sliding window {res.ctx}"}[method]
+        print(f"perplexity {res.perplexity:.4f} over {res.tokens} tokens ({what})")
     sys.stdout.flush()
     return 0

@@ -16,9 +16,12 @@ npu-console gui: no display found (DISPLAY and WAYLAND_DISPLAY are unset).
 def register(subparsers) -> None:
     p = subparsers.add_parser("gui", help="open the desktop console",
                               description="Open the desktop console (dashboard, models, chat).")
-    p.add_argument("--model", metavar="DIR", default=None,
-                   help="model folder to load at start (default: the built-in demo model); "
-                        "--model '' starts with none")
+    p.add_argument("--model", metavar="PATH", default=None,
+                   help="model folder or .gguf file to load at start (default: the built-in "
+                        "demo model); --model '' starts with none")
+    p.add_argument("--note", default=None,
+                   help="a line for the status bar at start (`make run` says why it fell back "
+                        "to the demo model)")
     p.add_argument("--replay", metavar="CAPTURE", nargs="+", default=[],
                    help="show saved `npu-smi info` captures on the dashboard instead of live data")
     p.add_argument("--screenshot-dir", metavar="DIR", default=None,
@@ -42,11 +45,12 @@ def run(args: argparse.Namespace) -> int:
     for f in args.replay:
         if not os.path.isfile(f):
             raise CliError(f"replay capture not found: {f}")
-    if args.model and not os.path.isdir(args.model):
-        raise CliError(f"model folder not found: {args.model}")
+    if args.model and not os.path.exists(args.model):
+        raise CliError(f"model folder or file not found: {args.model}")
     from console.app import LaunchOptions
 
-    options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme)
+    options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme,
+                            note=args.note)
     if args.screenshot_dir:
         from console.screenshots import capture_all
 

@@ -56,6 +56,8 @@ class ModelFolderReport:
     tokenizer_files: list[str] = field(default_factory=list)
     has_chat_template: bool = False
     quantization: str | None = None  # e.g. "compressed-tensors", "msmodelslim", "npu-console"
+    source_format: str = "hf"  # "hf" (a Hugging Face folder) or "gguf" (one GGUF file)
+    gguf_type: str | None = None  # the GGUF's main tensor type, e.g. "Q4_1", "Q8_0", "F16"
 
     @property
     def ok(self) -> bool:
@@ -80,6 +82,8 @@ class ModelFolderReport:
             parts.append(f"ctx {self.max_context}")
         if self.quantization:
             parts.append(self.quantization)
+        if self.source_format == "gguf":
+            parts.append(f"GGUF {self.gguf_type}" if self.gguf_type else "GGUF")
         return ", ".join(parts)
 
 
@@ -269,14 +273,25 @@ def _check_config(root: Path, report: ModelFolderReport) -> dict | None:
 
 
 def inspect_model_folder(path: str | Path) -> ModelFolderReport:
-    """Check a folder; never raises for a bad folder (the report lists the problems)."""
+    """Check a folder (or a GGUF file, or a folder holding one); never raises for a bad one
+    (the report lists the problems)."""
+    from engine.models.gguf import GgufError, gguf_file_of, inspect_gguf
+
     root = Path(path).expanduser()
     report = ModelFolderReport(path=root)
+    try:
+        gguf = gguf_file_of(root)
+    except GgufError as exc:
+        report.problems.append(Problem(".", str(exc).split(": ", 1)[-1]))
+        return report
+    if gguf is not None:
+        return inspect_gguf(gguf)
     if not root.exists():
         report.problems.append(Problem(".", "no such folder"))
         return report
     if not root.is_dir():
-        report.problems.append(Problem(".", "is a file; choose the folder that holds config.json"))
+        report.problems.append(Problem(
+            ".", "is a file; choose the folder that holds config.json, or a .gguf file"))
         return report
     _check_config(root, report)
     if (root / "quant_model_description.json").exists():

@@ -47,6 +47,13 @@ class LoadedModel:
     architecture: str
     quantization: str | None = None
     report: ModelFolderReport | None = None
+    # the folder that holds the model's Hugging Face files (config, tokenizer): `path` itself,
+    # or the converted cache entry of a GGUF file
+    files_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.files_dir is None:
+            self.files_dir = self.path
 
 
 def resolve_model_path(spec: str | Path, allow_download: bool = False,
@@ -86,6 +93,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     path = Path(path).expanduser()
     step(0.02, "checking the folder")
     report = validate_model_folder(path)
+    if report.source_format == "gguf":
+        return _load_gguf(report, device=device, dtype=dtype, name=name, progress=progress,
+                          cancel=cancel, check_memory=check_memory, context=context)
     try:
         dev = get_device(device)
     except ValueError as exc:
@@ -128,6 +138,39 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     return LoadedModel(name=name or path.name, path=path, model=model, tokenizer=tokenizer,
                        config=model.config, device=dev.torch_device, dtype=dtype,
                        architecture=arch, report=report)
+
+
+def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str | None,
+               progress: ProgressFn | None, cancel: threading.Event | None, check_memory: bool,
+               context: int | None) -> LoadedModel:
+    """A GGUF file: convert it once into the cache (engine.models.gguf_convert), then load that
+    folder like any other. The model keeps the GGUF's name, path and header report."""
+    from engine.models.gguf_convert import (ConvertCancelled, ConvertError, converted_folder,
+                                            ensure_converted)
+
+    gguf = report.path
+    cached = converted_folder(gguf)
+    share = 0.0 if cached is not None else 0.7  # of the progress bar, for the conversion
+
+    def part(lo: float, hi: float) -> ProgressFn:
+        def report_(fraction: float, what: str) -> None:
+            _check(cancel)
+            if progress is not None:
+                progress(lo + (hi - lo) * fraction, what)
+        return report_
+
+    if cached is None:
+        try:
+            cached = ensure_converted(gguf, progress=part(0.02, share), cancel=cancel)
+        except ConvertCancelled as exc:
+            raise LoadCancelled(str(exc)) from None
+        except ConvertError as exc:
+            raise ModelLoadError(str(exc)) from None
+    loaded = load_model(cached, device=device, dtype=dtype, name=name or gguf.stem,
+                        progress=part(share, 1.0), cancel=cancel, check_memory=check_memory,
+                        context=context)
+    loaded.path, loaded.report, loaded.files_dir = gguf, report, cached
+    return loaded
 
 
 GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")

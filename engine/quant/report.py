@@ -77,6 +77,7 @@ def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str
     import torch
 
     from engine.models.loader import load_model
+    from engine.quant import eval_methods as em
     from engine.quant import evaluate as ev
     from engine.quant.calib import read_texts
 
@@ -95,7 +96,9 @@ def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str
             progress("report", i, len(quant_dirs) + 1)
         loaded = float_loaded if i == 0 else load_model(q, device="cpu", dtype=dtype)
         m = loaded.model
-        ppl = ev.perplexity(m, ids, window=window, stride=max(1, window // 2)).perplexity
+        # llama.cpp's chunk method, as `npu-console eval` (engine.quant.eval_methods)
+        ppl = em.evaluate_texts(m, loaded.tokenizer, texts, "chunks", min(window, em.DEFAULT_CTX),
+                                max_tokens=max_tokens).perplexity
         speed1 = ev.decode_speed(m, batch=1, prompt_len=32, new_tokens=32)
         speed8 = ev.decode_speed(m, batch=8, prompt_len=32, new_tokens=16)
         row = VariantRow(name=Path(q).name, method=loaded.quantization or "float",

@@ -1,0 +1,216 @@
+"""GGUF files (llama.cpp, LM Studio, Ollama): find one, and check it from its header alone.
+
+The header (key-value metadata and the tensor table) says everything the folder check and the
+memory estimate need: architecture, layers, context, parameter count, quantization type, and
+whether a tokenizer is embedded. It is read with the `gguf` package (llama.cpp's own reader),
+never the tensors. Weights are converted by transformers' GGUF support (gguf_convert.py).
+
+Reading the header parses every vocabulary string (a few seconds for a 49K vocabulary on a slow
+core), so its summary is cached beside the converted weights, keyed like them (cache_key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from engine import paths
+from engine.models.folder import ModelFolderReport, Problem
+
+MAGIC = b"GGUF"
+# The cache key hashes the file's size, mtime and its first bytes (the metadata of any small
+# model, and the start of it for large ones): cheap, and a changed file gets a new key.
+_KEY_BYTES = 4 * 2**20
+# bumped when what the converter writes changes, so old cache entries are not reused
+FORMAT_VERSION = 1
+
+
+class GgufError(Exception):
+    """One line naming the file and the problem."""
+
+
+def is_gguf(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".gguf"
+
+
+def gguf_file_of(path: str | Path) -> Path | None:
+    """The GGUF behind `path`: the file itself, or the one .gguf in a folder that has no
+    config.json (a Hugging Face folder is loaded as such even if a .gguf lies beside it).
+    None when `path` is not a GGUF model; GgufError when a folder holds several."""
+    p = Path(path).expanduser()
+    if p.is_file() or is_gguf(p):
+        return p if is_gguf(p) else None
+    if not p.is_dir() or (p / "config.json").exists():
+        return None
+    found = sorted(f for f in p.iterdir() if is_gguf(f) and f.is_file())
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found[:4])
+        raise GgufError(f"{p}: holds {len(found)} GGUF files ({names}); choose one of them")
+    return found[0] if found else None
+
+
+def cache_key(path: Path) -> str:
+    st = path.stat()
+    h = hashlib.sha256(f"v{FORMAT_VERSION}:{st.st_size}:{st.st_mtime_ns}:".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_KEY_BYTES))
+    return h.hexdigest()[:20]
+
+
+def cache_root() -> Path:
+    return paths.cache_dir() / "gguf"
+
+
+def entry_dir(path: Path) -> Path:
+    """Where the converted Hugging Face folder of this GGUF lives (or will)."""
+    return cache_root() / f"{path.stem}-{cache_key(path)}"
+
+
+def _causal_lm_class(model_type: str) -> str | None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+
+
+def supported_architectures() -> list[str]:
+    """GGUF architectures the installed transformers converts (its own table)."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    return sorted(a for a in GGUF_CONFIG_MAPPING if a not in ("general", "tokenizer")
+                  and _causal_lm_class(a))
+
+
+def _field(reader, key: str):
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    try:
+        return f.contents()
+    except Exception:  # noqa: BLE001 - a malformed value counts as absent
+        return None
+
+
+def read_header(path: Path) -> dict:
+    """The header summary as plain data; GgufError for a file that is not a readable GGUF."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise GgufError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if magic != MAGIC:
+        raise GgufError(f"{path}: not a GGUF file (magic {magic!r}, expected {MAGIC!r})")
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - the reader fails in many ways on a cut file
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GgufError(f"{path}: truncated or corrupt ({size:,} bytes): the header or tensor "
+                        f"table does not fit the file ({reason})") from None
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise GgufError(f"{path}: truncated: its tensors need {end:,} bytes, the file has "
+                        f"{size:,}")
+    arch = _field(reader, "general.architecture") or ""
+
+    def arch_field(name: str):
+        return _field(reader, f"{arch}.{name}")
+
+    types = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) >= 2)
+    heads = arch_field("attention.head_count")
+    hidden = arch_field("embedding_length")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    return {
+        "format_version": FORMAT_VERSION,
+        "architecture": arch,
+        "name": _field(reader, "general.name"),
+        "num_layers": arch_field("block_count"),
+        "context": arch_field("context_length"),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": arch_field("attention.head_count_kv") or heads,
+        "head_dim": arch_field("attention.key_length") or (
+            hidden // heads if hidden and heads else None),
+        "vocab_size": arch_field("vocab_size") or (len(tokens.data) if tokens else None),
+        "num_parameters": sum(int(t.n_elements) for t in reader.tensors),
+        "tensor_types": dict(types),
+        "quant_type": types.most_common(1)[0][0] if types else None,
+        "tokenizer": _field(reader, "tokenizer.ggml.model") if tokens else None,
+        "chat_template": bool(_field(reader, "tokenizer.chat_template")),
+        "file_bytes": size,
+    }
+
+
+def _memo(path: Path) -> Path:
+    return cache_root() / f"{path.stem}-{cache_key(path)}.header.json"
+
+
+def cached_header(path: Path) -> dict:
+    """read_header, or its remembered copy (a second check takes milliseconds)."""
+    try:
+        data = json.loads(_memo(path).read_text(encoding="utf-8"))
+        if data.get("format_version") == FORMAT_VERSION:
+            return data
+    except (OSError, ValueError):
+        pass
+    return read_header(path)
+
+
+def remember_header(path: Path, data: dict) -> None:
+    """Keep the summary of a loadable file (never of a bad one: it leaves no cache entry)."""
+    memo = _memo(path)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(memo.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs time
+
+
+def inspect_gguf(path: str | Path) -> ModelFolderReport:
+    """A folder report for a GGUF file: never raises for a bad file (problems are listed)."""
+    p = Path(path).expanduser()
+    report = ModelFolderReport(path=p, source_format="gguf")
+    rel = p.name
+    if not p.is_file():
+        report.problems.append(Problem(".", "no such file"))
+        return report
+    try:
+        h = cached_header(p)
+    except GgufError as exc:
+        report.problems.append(Problem(".", str(exc).split(": ", 1)[-1]))
+        return report
+    arch = h["architecture"]
+    report.model_type = arch or None
+    report.architecture = _causal_lm_class(arch) if arch else None
+    report.num_layers, report.max_context = h["num_layers"], h["context"]
+    report.hidden_size, report.num_heads = h["hidden_size"], h["num_heads"]
+    report.num_kv_heads, report.head_dim = h["num_kv_heads"], h["head_dim"]
+    report.vocab_size, report.num_parameters = h["vocab_size"], h["num_parameters"]
+    report.checkpoint_bytes = h["file_bytes"]
+    report.checkpoint_dtype = h["quant_type"]
+    report.gguf_type = h["quant_type"]
+    report.weight_files = [rel]
+    report.has_chat_template = h["chat_template"]
+    if arch not in supported_architectures():
+        from transformers import __version__
+
+        report.problems.append(Problem(".", (
+            f"unsupported architecture {arch!r}: transformers {__version__} cannot load it from "
+            f"GGUF (it loads {', '.join(supported_architectures())})")))
+    if not h["tokenizer"]:
+        report.problems.append(Problem(".", "no tokenizer: the file's metadata has no "
+                                            "tokenizer.ggml.tokens (re-export it with one)"))
+    else:
+        report.tokenizer_files = [rel]
+    if not report.has_chat_template:
+        report.problems.append(Problem(
+            rel, "no chat template: chat requests will use a plain transcript", fatal=False))
+    if report.ok:
+        remember_header(p, h)
+    return report
