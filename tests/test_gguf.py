@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from support_gguf import SMOLLM_GGUF, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +29,8 @@ def _cli(*args, cache: Path | None = None, timeout: int = 600) -> subprocess.Com
     if cache is not None:
         env["NPU_CONSOLE_CACHE"] = str(cache)
     return subprocess.run([sys.executable, "-m", "engine.cli.main", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout,
+                          check=False)
 
 
 def _entries(cache: Path) -> list[str]:

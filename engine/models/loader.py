@@ -145,8 +145,12 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
                context: int | None) -> LoadedModel:
     """A GGUF file: convert it once into the cache (engine.models.gguf_convert), then load that
     folder like any other. The model keeps the GGUF's name, path and header report."""
-    from engine.models.gguf_convert import (ConvertCancelled, ConvertError, converted_folder,
-                                            ensure_converted)
+    from engine.models.gguf_convert import (
+        ConvertCancelled,
+        ConvertError,
+        converted_folder,
+        ensure_converted,
+    )
 
     gguf = report.path
     cached = converted_folder(gguf)

