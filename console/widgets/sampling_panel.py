@@ -48,6 +48,7 @@ class SamplingPanel(QWidget):
         lay.addWidget(muted("System prompt"))
         self.system = QPlainTextEdit()
         self.system.setPlaceholderText("Optional instructions for the model")
+        self._template_system: str | None = None  # the model's own default, shown when unset
         self.system.setFixedHeight(70)
         lay.addWidget(self.system)
         form = QFormLayout()
@@ -100,7 +101,7 @@ class SamplingPanel(QWidget):
 
     def apply_values(self, v: dict) -> None:
         v = {**presets.DEFAULT, **v}
-        self.system.setPlainText(v["system_prompt"])
+        self.system.setPlainText(v["system_prompt"] or self._template_system or "")
         self.temperature.setValue(v["temperature"])
         self.top_p.setValue(v["top_p"])
         self.top_k.setValue(v["top_k"])
@@ -110,6 +111,16 @@ class SamplingPanel(QWidget):
         self.frequency.setValue(v["frequency_penalty"])
         self.seed.setText("" if v["seed"] is None else str(v["seed"]))
         self.stop.setText(", ".join(s.replace("\n", "\\n") for s in v["stop"]))
+
+    def set_template_system(self, text: str | None) -> None:
+        """Show the system prompt the model's chat template uses by default (editable); a
+        prompt the user wrote stays."""
+        current = self.system.toPlainText().strip()
+        if not current or current == (self._template_system or ""):
+            self.system.setPlainText(text or "")
+        self._template_system = text
+        self.system.setToolTip("The model's chat template uses this system prompt by default; "
+                               "edit it here" if text else "")
 
     def values(self) -> dict:
         """Raises ValueError with a plain sentence for a bad seed."""

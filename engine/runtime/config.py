@@ -13,10 +13,11 @@ class EngineConfig:
     # tokens one step may process (decode tokens + prefill chunks); a long prompt is split into
     # chunks of at most this so that running streams keep receiving a token every step
     max_batched_tokens: int = 256
-    # KV rows per slot; None = the model's context, capped at `max_context_cap` so that a model
-    # advertising 32k positions does not preallocate gigabytes on CPU
+    # KV rows per slot; None = the model's context where its KV cache fits in a share of the
+    # free memory, else as much as fits (engine.runtime.context_budget); `max_context_cap`
+    # (None = no fixed cap) keeps the old fixed ceiling for tests and benchmarks
     max_model_len: int | None = None
-    max_context_cap: int = 2048
+    max_context_cap: int | None = None
     kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or a torch dtype name
     # CPU decode work: "auto" (the native kernels when they build: fp32 products,
     # engine.runtime.cpu_linear, and whole decode steps, engine.runtime.native_decode) or

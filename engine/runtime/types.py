@@ -239,6 +239,8 @@ class ModelInfo:
     decode_step: str = "torch"
     # what runs the int8 layers, e.g. "native" or "fbgemm" (several joined by "+"); "" if none
     int8_kernels: str = ""
+    # the system prompt the chat template adds when a conversation has none (shown, editable)
+    default_system_prompt: str | None = None
     # the model's sampling defaults (generation_config.json), as (field, value) pairs
     sampling_defaults: tuple[tuple[str, float], ...] = ()
     # the reasoning parser chat requests get ("deepseek_r1", "qwen3"), None for none

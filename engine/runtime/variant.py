@@ -34,7 +34,14 @@ def context_length(config: Any) -> int | None:
 
 
 def eos_ids(loaded: Any) -> frozenset[int]:
+    """Tokens that end a reply: the model's EOS (generation config and tokenizer) and the
+    chat template's end-of-turn token where that is another one."""
+    from engine.runtime.template_facts import end_of_turn_id
+
     ids: set[int] = set()
+    eot = end_of_turn_id(loaded.tokenizer)
+    if eot is not None:
+        ids.add(eot)
     gen = getattr(loaded.model, "generation_config", None)
     for src in (getattr(gen, "eos_token_id", None), getattr(loaded.tokenizer, "eos_token_id", None)):
         if isinstance(src, int):
@@ -98,9 +105,16 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
                   force_fallback: bool = False) -> Variant:
     """Wrap a LoadedModel: preallocate its KV cache and give it a scheduler (any thread)."""
     model = loaded.model
-    ctx = context_length(model.config) or config.max_context_cap
-    max_len = config.max_model_len or min(ctx, config.max_context_cap)
-    max_len = min(max_len, ctx)
+    from engine.runtime.context_budget import choose_max_len, free_bytes, kv_bytes_per_token
+    from engine.runtime.runner import resolve_kv_dtype
+    from engine.runtime.template_facts import default_system_prompt
+
+    param = next(model.parameters())
+    kv_dtype = resolve_kv_dtype(config.kv_dtype, param.dtype, param.device)
+    max_len = choose_max_len(context_length(model.config), slots=config.max_running,
+                             per_token=kv_bytes_per_token(model.config, kv_dtype),
+                             free=free_bytes(param.device), max_model_len=config.max_model_len,
+                             cap=config.max_context_cap)
     runner = make_runner(model, config.max_running, max_len, force_fallback=force_fallback,
                          kv_dtype=config.kv_dtype, linear_kernels=config.linear_kernels)
     batched = runner.path_kind == "batched"
@@ -121,6 +135,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
         decode_step="native" if getattr(runner, "decode_plan", None) is not None else "torch",
         int8_kernels=int8_kernels(model),
+        default_system_prompt=default_system_prompt(loaded.tokenizer),
         sampling_defaults=tuple(sampling_defaults(model).items()),
         reasoning_parser=choose_parser(config.reasoning_parser,
                                        getattr(loaded.tokenizer, "chat_template", None)))
