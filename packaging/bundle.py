@@ -351,6 +351,17 @@ def project_version() -> str:
     return m.group(1)
 
 
+def add_chat_model(bundle: Path) -> Path:
+    """SmolLM2-135M-Instruct (the GGUF `make run` opens, sha256-checked) under models/."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from engine.models.starter import FetchError, fetch
+
+    try:
+        return fetch(bundle / "models" / "smollm2-135m-instruct")
+    except FetchError as exc:
+        raise BundleError(f"--chat-model: {exc}") from None
+
+
 def build(args: argparse.Namespace) -> Path:
     plan = make_plan(args.target, args.python, args.flavour, args.torch, args.torch_npu, args.glibc)
     version = project_version()
@@ -416,6 +427,8 @@ def build(args: argparse.Namespace) -> Path:
             step % (3, "writing install.sh, preflight, systemd and desktop files"), file=sys.stderr
         )
         manifest = write_bundle_dir(plan, bundle, wheels_dir, version)
+        if args.chat_model:
+            add_chat_model(bundle)
         if args.no_archive:
             dest = out / name
             if dest.exists():
@@ -482,6 +495,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan and the pip command, fetch nothing"
     )
+    p.add_argument("--chat-model", action="store_true",
+                   help="carry SmolLM2-135M-Instruct (a 98 MB GGUF) under models/ in the bundle")
     p.add_argument("--verbose", action="store_true", help="show the commands and pip's full output")
     return p.parse_args(argv)
 
