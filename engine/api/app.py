@@ -15,6 +15,7 @@ from engine.api.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodyLimitMiddleware,
+    HostCheckMiddleware,
     RequestLogMiddleware,
 )
 from engine.api.request_log import RequestLog
@@ -44,12 +45,14 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
     app.include_router(openai_router)
     app.include_router(misc_router)
     # added innermost first: CORS (outermost) answers preflights before auth, the log sees
-    # every answer including 401 and 413, auth runs before a body is read, and a
-    # full queue answers 429 before any parsing
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    # every answer including 400 (foreign Host), 401 and 413, auth runs before a body is
+    # read, and a full queue answers 429 before any parsing
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes,
+                       timeout=settings.body_timeout_s)
     app.add_middleware(AdmissionMiddleware, engine=engine)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    app.add_middleware(HostCheckMiddleware, settings=settings)
     app.add_middleware(RequestLogMiddleware, request_log=ctx.request_log,
                        log_prompts=settings.log_prompts)
     if settings.cors_origins:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from engine.api.context import ApiContext
+from engine.api.errors import ApiError
 from engine.runtime.types import (
     EngineError,
     Event,
@@ -35,6 +37,14 @@ class ClientGone(Exception):
     """The client disconnected before the answer was ready."""
 
 
+class RequestTimedOut(ApiError):
+    """The request ran past its deadline (ApiSettings.request_timeout_s): 504, and its engine
+    requests are cancelled (a stream gets it as an error event instead)."""
+
+    def __init__(self, message: str):
+        super().__init__(504, message, code="request_timeout", error_type="timeout_error")
+
+
 class Batch:
     def __init__(self, ctx: ApiContext, requests: list[GenerationRequest], n: int,
                  param_names: dict[str, str] | None = None):
@@ -45,9 +55,17 @@ class Batch:
         self.n = n
         self.handles: list[RequestHandle] = []
         self.finished: set[int] = set()
+        self.deadline: float | None = None  # time.monotonic() by which it must end
+
+    async def submit_async(self) -> None:
+        """submit() on a worker thread: rendering a chat template and tokenizing a long prompt
+        never stall the event loop, and with it every other stream."""
+        await asyncio.get_running_loop().run_in_executor(None, self.submit)
 
     def submit(self) -> None:
         """Submit every request; if one is refused, take back the ones already queued."""
+        timeout = self.ctx.settings.request_timeout_s
+        self.deadline = time.monotonic() + timeout if timeout else None
         try:
             for req in self.requests:
                 handle = self.ctx.engine.submit(req)
@@ -104,7 +122,7 @@ class Batch:
                     await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
                     group = take_rest()
                 if not group:
-                    group = await take_first()
+                    group = await self._before_deadline(take_first())
                     if not group:  # a handle ended without its FinishEvent reaching us
                         return
                     if recent(last) and not any(isinstance(ev, FinishEvent) for _, ev in group):
@@ -124,6 +142,16 @@ class Batch:
         finally:
             for t in tasks:
                 t.cancel()
+
+    async def _before_deadline(self, waiting):
+        if self.deadline is None:
+            return await waiting
+        try:
+            return await asyncio.wait_for(waiting, max(0.0, self.deadline - time.monotonic()))
+        except TimeoutError:
+            raise RequestTimedOut(
+                f"the request ran longer than the server's limit of "
+                f"{self.ctx.settings.request_timeout_s:g} s (--request-timeout)") from None
 
     def _account(self, group: list) -> list:
         """Raise what a handle raised; note which choices finished."""

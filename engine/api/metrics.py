@@ -60,9 +60,8 @@ class ApiMetrics:
         self.registry.register(TelemetryCollector(poller))
 
     def _on_request(self, entry: RequestLogEntry) -> None:
-        self.requests.labels(entry.route if entry.route.startswith(("/v1/", "/chat", "/health",
-                                                                  "/metrics")) else "other",
-                             str(entry.status)).inc()
+        # route templates only: a raw path would let any client add label values without end
+        self.requests.labels(entry.template or "unmatched", str(entry.status)).inc()
         if entry.prompt_tokens:
             self.tokens.labels("prompt").inc(entry.prompt_tokens)
         if entry.completion_tokens:

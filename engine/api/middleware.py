@@ -6,6 +6,7 @@ disconnect still reaches the route.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -69,7 +70,8 @@ class RequestLogMiddleware:
                 ttft_s=info.ttft_s, stream=info.stream,
                 client=f"{client[0]}:{client[1]}" if client else None,
                 finish_reason=info.finish_reason, error=info.error,
-                prompt=info.prompt if self.log_prompts else None)
+                prompt=info.prompt if self.log_prompts else None,
+                template=getattr(scope.get("route"), "path", None))
             self.request_log.add(entry)
             if log.isEnabledFor(logging.INFO):
                 tokens = "" if entry.prompt_tokens is None else \
@@ -114,16 +116,55 @@ class ApiKeyMiddleware:
                                [(b"www-authenticate", b"Bearer")])
 
 
+def host_name(value: bytes) -> str:
+    """A Host header's name: lower case, without port, IPv6 brackets or a trailing dot."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        text = text[1:text.index("]")] if "]" in text else text[1:]
+    elif text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    return text.rstrip(".")
+
+
+class HostCheckMiddleware:
+    """Answer only requests whose Host header names this server (settings.host_allowed).
+
+    A web page whose DNS name is re-pointed at 127.0.0.1 (DNS rebinding) reaches a loopback
+    server as its own origin, so the browser lets it read the answers; its requests still
+    carry the page's name in Host, which is refused here."""
+
+    def __init__(self, app, settings):
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] == "http":
+            host = next((v for k, v in scope.get("headers", ()) if k == b"host"), None)
+            name = host_name(host) if host is not None else None
+            if name is not None and not self.settings.host_allowed(name):
+                message = (f"host {name!r} is not served here (DNS rebinding guard); allow it "
+                           "with --allowed-hosts")
+                state = scope.get("state")
+                if isinstance(state, dict) and INFO_KEY in state:
+                    state[INFO_KEY].error = message
+                await _send_json_error(send, 400, message, "invalid_request_error",
+                                       "invalid_host")
+                return
+        await self.app(scope, receive, send)
+
+
 class BodyLimitMiddleware:
     """413 for a body over `limit` bytes, decided before the whole body has been read.
 
     The body is buffered here (requests are small JSON) and replayed to the app; after the replay
-    the app's receive() goes to the connection again, so disconnects are still seen.
+    the app's receive() goes to the connection again, so disconnects are still seen. A body
+    that stalls for `timeout` seconds gets 408 and the connection is closed (slow clients).
     """
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, timeout: float = 30.0):
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
@@ -141,7 +182,13 @@ class BodyLimitMiddleware:
         chunks: list[bytes] = []
         total = 0
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout)
+            except TimeoutError:
+                await _send_json_error(send, 408, f"the request body did not arrive within "
+                                       f"{self.timeout:g} s", "invalid_request_error",
+                                       "body_timeout", [(b"connection", b"close")])
+                return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nothing to answer
             body = message.get("body", b"")

@@ -31,6 +31,9 @@ class RequestLogEntry:
     finish_reason: str | None = None
     error: str | None = None  # the error message for 4xx/5xx answers
     prompt: str | None = None  # only when prompt logging is enabled
+    # the matched route's template ("/v1/models/{model_id:path}"), None for no route: what
+    # metrics label requests with, so that clients cannot make up new label values
+    template: str | None = None
 
 
 @dataclass

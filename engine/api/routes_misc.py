@@ -13,13 +13,15 @@ from engine.runtime.types import ModelInfo
 router = APIRouter()
 
 
-def model_card(m: ModelInfo) -> dict:
+def model_card(m: ModelInfo, expose_paths: bool = False) -> dict:
+    """The model object; its folder's path only when the server was asked to show it
+    (--expose-paths): a path tells clients about the host's file system."""
     return {
         "id": m.name,
         "object": "model",
         "created": int(m.created),
         "owned_by": "npu-console",
-        "root": m.path,
+        "root": m.path if expose_paths else m.name,
         "architecture": m.architecture,
         "dtype": m.dtype,
         "quantization": m.quantization,
@@ -37,14 +39,17 @@ def model_card(m: ModelInfo) -> dict:
 
 @router.get("/v1/models", tags=["openai"])
 async def list_models(request: Request) -> dict:
-    return {"object": "list", "data": [model_card(m) for m in context(request).engine.models()]}
+    ctx = context(request)
+    return {"object": "list",
+            "data": [model_card(m, ctx.settings.expose_paths) for m in ctx.engine.models()]}
 
 
 @router.get("/v1/models/{model_id:path}", tags=["openai"])
 async def get_model(model_id: str, request: Request) -> dict:
-    for m in context(request).engine.models():
+    ctx = context(request)
+    for m in ctx.engine.models():
         if m.name == model_id:
-            return model_card(m)
+            return model_card(m, ctx.settings.expose_paths)
     raise ApiError(404, f"model '{model_id}' not found", param="model", code="model_not_found")
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from engine.api.batch import Batch, ChoiceResult, ClientGone
+from engine.api.batch import Batch, ChoiceResult, ClientGone, RequestTimedOut
 from engine.api.context import ApiContext
 from engine.api.errors import ApiError
 from engine.api.middleware import request_info
@@ -30,6 +31,7 @@ from engine.runtime.types import (
 )
 
 router = APIRouter()
+log = logging.getLogger("engine.api")
 
 CLIENT_CLOSED = 499  # nginx's code for "client closed request": only ever seen in the log
 
@@ -112,6 +114,15 @@ async def _stream(batch: Batch, writer: ChunkWriter, info: RequestInfo,
         if writer.include_usage:
             yield writer.usage(results)
         yield DONE
+    except Exception as exc:  # the 200 is out: end the stream as OpenAI does
+        if isinstance(exc, RequestTimedOut):
+            info.error = message = exc.message
+            yield writer.error(message, exc.error_type, code=exc.code)
+        else:
+            log.exception("stream failed after its first bytes")
+            info.error = message = f"internal error ({type(exc).__name__})"
+            yield writer.error(f"the stream failed: {message}", code="internal_error")
+        yield DONE
     finally:
         batch.close()  # a client that left mid-stream lands here: its requests are cancelled
         _fill_info(info, results)
@@ -149,7 +160,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
                              ctx.settings.model_defaults))
         for j in range(body.n)]
     batch = Batch(ctx, reqs, body.n, {"prompt": "messages", "prompt_token_ids": "messages"})
-    batch.submit()
+    await batch.submit_async()
     model = info.model = served_model(ctx, batch, body.model)
     writer = ChunkWriter(rid, model, chat=True, include_usage=body.include_usage())
     return await _answer(request, batch, info, body.stream, writer,
@@ -181,7 +192,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
                 params=body.sampling(ctx.settings.default_max_tokens, None, j,
                                      ctx.settings.model_defaults)))
     batch = Batch(ctx, reqs, body.n, {"prompt_token_ids": "prompt"})
-    batch.submit()
+    await batch.submit_async()
     model = info.model = served_model(ctx, batch, body.model)
     echo = list(prompts) if body.echo else None
     writer = ChunkWriter(rid, model, chat=False, include_usage=body.include_usage())
@@ -201,7 +212,7 @@ async def legacy_chat(body: LegacyChatRequest, request: Request) -> Response:
                             params=SamplingParams(max_tokens=body.max_length,
                                                   temperature=body.temperature, top_p=body.top_p))
     batch = Batch(ctx, [req], 1)
-    batch.submit()
+    await batch.submit_async()
     info.model = served_model(ctx, batch, body.model)
     try:
         results = await batch.collect_unless_gone(request.receive)

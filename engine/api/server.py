@@ -23,6 +23,7 @@ from engine.api.app import build_app
 from engine.api.ports import ServerStartError, bound_socket
 from engine.api.request_log import RequestLog
 from engine.api.settings import ApiSettings
+from engine.api.slow_clients import protocol_class
 from engine.runtime.types import EngineClient
 
 log = logging.getLogger("engine.api")
@@ -116,9 +117,14 @@ class ServerController:
                             telemetry_poller=self.telemetry_poller)
             sock = bound_socket(host, port)
             sock.listen(2048)
+            # slow clients: idle keep-alive connections close after 5 s, headers must arrive
+            # within header_timeout_s (slow_clients.py), a body within body_timeout_s
+            # (BodyLimitMiddleware); beyond limit_concurrency connections uvicorn answers 503
             config = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=False,
-                                    lifespan="off", loop="asyncio", http="auto",
-                                    timeout_keep_alive=5, backlog=2048)
+                                    lifespan="off", loop="asyncio",
+                                    http=protocol_class(settings.header_timeout_s),
+                                    timeout_keep_alive=5, backlog=2048,
+                                    limit_concurrency=settings.limit_concurrency)
             server = _ThreadServer(config)
             self._error = None
             thread = threading.Thread(target=self._run, args=(server, sock),

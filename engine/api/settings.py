@@ -19,6 +19,16 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost: treat as exposed
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+
+
+def parse_hosts(text: str | None) -> tuple[str, ...]:
+    """`--allowed-hosts "api.example.com, 10.0.0.5"` -> lower-cased names ("*": any)."""
+    if not text:
+        return ()
+    return tuple(h.strip().lower().strip("[]") for h in text.split(",") if h.strip())
+
+
 def parse_origins(text: str | None) -> tuple[str, ...]:
     """`--cors "http://a, http://b"` -> ("http://a", "http://b"); "*" stays "*"."""
     if not text:
@@ -44,6 +54,23 @@ class ApiSettings:
     # (like vLLM's --stream-interval, but in time, so slow streams are never held back);
     # 0 sends every token in its own chunk
     stream_interval_ms: float = 20.0
+    # Host headers answered (DNS-rebinding guard). Empty: the loopback names when bound to
+    # loopback, any host otherwise (an exposed server needs an API key); "*": any
+    allowed_hosts: tuple[str, ...] = ()
+    expose_paths: bool = False  # /v1/models shows model folders' paths only when asked
+    request_timeout_s: float = 0.0  # a request still running after this is cancelled; 0: none
+    limit_concurrency: int = 1024  # open connections + requests beyond which uvicorn says 503
+    header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
+    body_timeout_s: float = 30.0  # a request body that stalls this long gets 408
+
+    def host_allowed(self, host: str) -> bool:
+        """Whether a request with this Host header (port and brackets stripped) is served."""
+        allowed = self.allowed_hosts or (LOOPBACK_NAMES if is_loopback(self.host) else ("*",))
+        if "*" in allowed:
+            return True
+        if is_loopback(self.host) and host in LOOPBACK_NAMES:
+            return True
+        return host in allowed
 
     def check_safe(self) -> None:
         """Refuse to expose the engine beyond this machine without an API key."""
@@ -57,3 +84,9 @@ class ApiSettings:
             raise UnsafeSettingsError("stream_interval_ms must be 0 or more")
         if self.max_n < 1:
             raise UnsafeSettingsError("max_n must be at least 1")
+        if self.request_timeout_s < 0:
+            raise UnsafeSettingsError("request_timeout_s must be 0 (none) or more")
+        if self.limit_concurrency < 1:
+            raise UnsafeSettingsError("limit_concurrency must be at least 1")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise UnsafeSettingsError("the header and body read timeouts must be positive")

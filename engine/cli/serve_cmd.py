@@ -50,6 +50,22 @@ def register(sub) -> None:
                         "generation_config.json values, as in vLLM; none: OpenAI's defaults")
     p.add_argument("--grace", type=float, default=10.0, metavar="S",
                    help="on stop, seconds open streams may run before they are cancelled")
+    p.add_argument("--allowed-hosts", default=None, metavar="HOSTS",
+                   help="comma-separated Host header names answered (DNS-rebinding guard; "
+                        "default: the loopback names when bound to loopback, any otherwise; "
+                        "'*': any)")
+    p.add_argument("--expose-paths", action="store_true",
+                   help="show the model folders' paths in /v1/models (off: only model ids)")
+    p.add_argument("--request-timeout", type=float, default=0.0, metavar="S",
+                   help="cancel a request still running after S seconds (504, or an error "
+                        "event in a stream; default 0: no limit)")
+    p.add_argument("--limit-concurrency", type=int, default=1024, metavar="N",
+                   help="open connections and requests beyond which new requests get 503 "
+                        "(default 1024)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="close a connection whose request headers take longer (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="answer 408 to a request body that stalls this long (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -72,7 +88,7 @@ def _check_args(args) -> None:
     try:
         ApiSettings(host=args.host, port=args.port, api_key=args.api_key,
                     cors_origins=parse_origins(args.cors),
-                    max_body_bytes=args.max_body_bytes).check_safe()
+                    max_body_bytes=args.max_body_bytes, **_hardening(args)).check_safe()
     except UnsafeSettingsError as exc:
         raise CliError(str(exc)) from None
 
@@ -126,7 +142,8 @@ def run(args) -> int:
                                    max_body_bytes=args.max_body_bytes,
                                    log_prompts=args.log_prompts, log_level=args.log_level,
                                    stream_interval_ms=args.stream_interval_ms,
-                                   model_defaults=args.generation_config == "auto")
+                                   model_defaults=args.generation_config == "auto",
+                                   **_hardening(args))
         except ServerStartError as exc:
             raise CliError(str(exc)) from None
         print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "
@@ -142,6 +159,16 @@ def run(args) -> int:
         engine.shutdown()
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _hardening(args) -> dict:
+    """The ApiSettings fields behind --allowed-hosts, --expose-paths and the timeouts."""
+    from engine.api.settings import parse_hosts
+
+    return {"allowed_hosts": parse_hosts(args.allowed_hosts), "expose_paths": args.expose_paths,
+            "request_timeout_s": args.request_timeout,
+            "limit_concurrency": args.limit_concurrency,
+            "header_timeout_s": args.header_timeout, "body_timeout_s": args.body_timeout}
 
 
 def add_int8_variant(engine, loaded, method: str, name: str):

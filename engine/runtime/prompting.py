@@ -6,11 +6,14 @@ reaches the engine thread. Hugging Face fast tokenizers are not safe to share be
 with "Already borrowed"), and a lock around them would make a 1 MB prompt hold up every other
 request. So every thread encodes with its own copy of the model's tokenizer, made on the
 thread's first use and dropped with the thread: no lock is held while text is encoded.
+Each thread also remembers its last prompt, so the n choices of one HTTP request (submitted
+one after another on one worker thread) render and encode their prompt once, not n times.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from typing import Any
 
@@ -49,6 +52,17 @@ class PromptEncoder:
         prompt that cannot be encoded (a failing chat template, a prompt that is no string)."""
         if req.prompt_token_ids is not None:
             return list(req.prompt_token_ids)
+        # everything that shapes the prompt (not the id or the sampling) must match
+        key = {f.name: getattr(req, f.name) for f in dataclasses.fields(req)
+               if f.name not in ("request_id", "params")}
+        last = getattr(self._local, "last", None)
+        if last is not None and last[0] == key:
+            return list(last[1])
+        ids = self._encode(req)
+        self._local.last = (copy.deepcopy(key), ids)
+        return list(ids)
+
+    def _encode(self, req: GenerationRequest) -> list[int]:
         tok = self.thread_tokenizer()
         if req.messages is not None:
             try:

@@ -89,3 +89,36 @@ def failing_submit_command(engine, when=lambda seq: True):
     finally:
         for s in schedulers:
             s.__dict__.pop("add", None)
+
+
+@contextlib.contextmanager
+def breaking_handles(engine, after: int = 2):
+    """Requests submitted meanwhile get their real handle, whose event stream raises once it
+    has handed out `after` events (a failure inside the server after the answer began)."""
+    original = engine.submit
+
+    def submit(request):
+        handle = original(request)
+        real_next, real_drain = handle.next_events, handle.drain
+        seen = {"n": 0}
+
+        def check(events):
+            if seen["n"] >= after:
+                raise InjectedFault("injected: the event stream broke")
+            seen["n"] += len(events)
+            return events
+
+        async def next_events():
+            check([])
+            return check(await real_next())
+
+        def drain():
+            check([])
+            return check(real_drain())
+        handle.next_events, handle.drain = next_events, drain
+        return handle
+    engine.submit = submit
+    try:
+        yield
+    finally:
+        engine.__dict__.pop("submit", None)
