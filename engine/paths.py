@@ -9,6 +9,8 @@ import assets as _assets
 
 ASSETS_DIR = Path(_assets.__file__).resolve().parent
 DEMO_MODEL_DIR = ASSETS_DIR / "models" / "demo"
+# a second tiny model that thinks in <think> blocks before it answers (engine.demo.train_think)
+THINK_MODEL_DIR = ASSETS_DIR / "models" / "demo-think"
 CALIB_DIR = ASSETS_DIR / "calib"
 
 

@@ -41,6 +41,16 @@ def npu_smi_fixtures() -> Path:
 
 
 @pytest.fixture(scope="session")
+def think_model_dir() -> Path:
+    from engine.paths import THINK_MODEL_DIR
+
+    if not (THINK_MODEL_DIR / "config.json").exists():
+        pytest.fail(f"reasoning demo model missing at {THINK_MODEL_DIR}: run "
+                    "packaging/train_think_model.sh")
+    return THINK_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
 def demo_model_dir() -> Path:
     from engine.paths import DEMO_MODEL_DIR
 
