@@ -163,3 +163,24 @@ def test_models_without_reasoning_are_unchanged(engine):
     # raw prompts to the reasoning model are not parsed either (completions stay raw)
     raw, _ = raw_reply(engine)
     assert raw.startswith("<think>\n")
+
+
+def test_terminal_chat_prints_the_thinking_then_the_answer(think_model_dir):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def chat(*extra: str) -> str:
+        res = subprocess.run(
+            [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(think_model_dir),
+             "--temperature", "0", "--threads", "1", *extra],
+            input="Spell rocket backwards.\n/exit\n", capture_output=True, text=True,
+            timeout=300, cwd=Path(__file__).resolve().parent.parent, check=True)
+        return res.stdout
+
+    out = chat()
+    thinking, _, answer = out.partition("bot> [thinking] ")[2].partition(" [/thinking]\n")
+    assert thinking.startswith("The letters of rocket") and "<think>" not in out
+    assert answer.startswith("rocket backwards is")
+    raw = chat("--reasoning-parser", "none")
+    assert "bot> <think>\nThe letters of rocket" in raw and "</think>" in raw

@@ -27,10 +27,15 @@ class ChoiceResult:
     prompt_index: int
     pieces: list[str] = field(default_factory=list)
     finish: FinishEvent | None = None
+    reasoning_pieces: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_pieces)
 
 
 class ClientGone(Exception):
@@ -133,7 +138,8 @@ class Batch:
                     # waiting (a fast model outruns the loop's wake-up): the first chunk is the
                     # first token, and its time is the TTFT a client measures
                     k = next((n for n, (_, ev) in enumerate(group)
-                              if isinstance(ev, TokenEvent) and ev.text), len(group))
+                              if isinstance(ev, TokenEvent) and (ev.text or ev.reasoning)),
+                             len(group))
                     if k + 1 < len(group):
                         yield self._account(group[:k + 1])
                         group = group[k + 1:]
@@ -205,6 +211,8 @@ class Batch:
         async for i, ev in self.events():
             if isinstance(ev, TokenEvent):
                 results[i].pieces.append(ev.text)
+                if ev.reasoning:
+                    results[i].reasoning_pieces.append(ev.reasoning)
             else:
                 results[i].finish = ev
         return results

@@ -24,6 +24,7 @@ def usage_dict(results: list[ChoiceResult]) -> dict[str, Any]:
     prompt = cached = 0
     seen: set[int] = set()
     completion = 0
+    reasoning: int | None = None  # stays None (no details) unless a reasoning parser ran
     for r in results:
         if r.finish is None:
             continue
@@ -32,9 +33,22 @@ def usage_dict(results: list[ChoiceResult]) -> dict[str, Any]:
             prompt += r.finish.usage.prompt_tokens
             cached += r.finish.usage.cached_tokens
         completion += r.finish.usage.completion_tokens
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+        if r.finish.usage.reasoning_tokens is not None:
+            reasoning = (reasoning or 0) + r.finish.usage.reasoning_tokens
+    out = {"prompt_tokens": prompt, "completion_tokens": completion,
+           "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}}
+    if reasoning is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
+
+
+def chat_message(r: ChoiceResult) -> dict[str, Any]:
+    """The assistant message; `reasoning_content` (vLLM's name) only when there was reasoning."""
+    message: dict[str, Any] = {"role": "assistant", "content": r.text}
+    if r.reasoning:
+        message["reasoning_content"] = r.reasoning
+    return message
 
 
 def timings_dict(finishes: list[FinishEvent]) -> dict[str, Any]:
@@ -78,7 +92,7 @@ def chat_response(rid: str, model: str, results: list[ChoiceResult]) -> dict[str
         "system_fingerprint": None,
         "choices": [{
             "index": r.index,
-            "message": {"role": "assistant", "content": r.text},
+            "message": chat_message(r),
             "logprobs": None,
             "finish_reason": public_finish_reason(r.finish),
             "stop_reason": r.finish.stop_reason if r.finish else None,
@@ -145,6 +159,14 @@ class ChunkWriter:
                                 f'"logprobs":null,"finish_reason":null}}')
         return self._encode(f'{{"index":{index},"text":{t},"logprobs":null,'
                             f'"finish_reason":null}}')
+
+    def reasoning(self, index: int, reasoning: str, text: str = "") -> bytes:
+        """A chat delta with reasoning_content (and the answer text that followed it in the
+        same chunk, if any)."""
+        r = json.dumps(reasoning, ensure_ascii=False)
+        t = f',"content":{json.dumps(text, ensure_ascii=False)}' if text else ""
+        return self._encode(f'{{"index":{index},"delta":{{"reasoning_content":{r}{t}}},'
+                            f'"logprobs":null,"finish_reason":null}}')
 
     def finish(self, index: int, finish: FinishEvent) -> bytes:
         reason = json.dumps(finish.finish_reason)

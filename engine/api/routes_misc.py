@@ -32,6 +32,8 @@ def model_card(m: ModelInfo, expose_paths: bool = False) -> dict:
         "linear_kernels": m.linear_kernels,
         "decode_step": m.decode_step,
         "int8_kernels": m.int8_kernels,
+        # how chat replies are split into reasoning_content and content (None: not split)
+        "reasoning_parser": m.reasoning_parser,
         # what requests that leave these fields unset get (the model's generation_config)
         "sampling_defaults": dict(m.sampling_defaults),
     }

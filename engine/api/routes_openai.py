@@ -79,6 +79,13 @@ def _raise_engine_failure(results: list[ChoiceResult]) -> None:
                            code="engine_error", error_type="server_error")
 
 
+def _delta(writer: ChunkWriter, index: int, reasoning: str, text: str) -> bytes:
+    """One chunk: the answer text, or reasoning_content (with any answer text after it)."""
+    if reasoning and writer.chat:
+        return writer.reasoning(index, reasoning, text)
+    return writer.text(index, text)
+
+
 async def _stream(batch: Batch, writer: ChunkWriter, info: RequestInfo,
                   echo_prompts: list[str] | None = None) -> AsyncIterator[bytes]:
     results = [ChoiceResult(index=i, prompt_index=i // batch.n) for i in range(len(batch.handles))]
@@ -93,22 +100,25 @@ async def _stream(batch: Batch, writer: ChunkWriter, info: RequestInfo,
             # one write per group; with an interval, the tokens of a choice that arrived
             # together become one delta, without one each keeps its own chunk
             out: list[bytes] = []
-            pending: dict[int, list[str]] = {}
+            pending: dict[int, tuple[list[str], list[str]]] = {}  # reasoning, answer pieces
             for i, ev in group:
                 if isinstance(ev, TokenEvent):
-                    if ev.text and not interval:
-                        out.append(writer.text(i, ev.text))
-                    elif ev.text:
-                        pending.setdefault(i, []).append(ev.text)
+                    if (ev.text or ev.reasoning) and not interval:
+                        out.append(_delta(writer, i, ev.reasoning, ev.text))
+                    elif ev.text or ev.reasoning:
+                        reasoning, text = pending.setdefault(i, ([], []))
+                        reasoning.append(ev.reasoning)
+                        text.append(ev.text)
                 elif isinstance(ev, FinishEvent):
                     if i in pending:
-                        out.append(writer.text(i, "".join(pending.pop(i))))
+                        reasoning, text = pending.pop(i)
+                        out.append(_delta(writer, i, "".join(reasoning), "".join(text)))
                     results[i].finish = ev
                     if ev.finish_reason == "error":
                         out.append(writer.error(f"generation failed: {ev.error or 'engine error'}",
                                                 code="engine_error"))
                     out.append(writer.finish(i, ev))
-            out.extend(writer.text(i, "".join(pieces)) for i, pieces in pending.items())
+            out.extend(_delta(writer, i, "".join(r), "".join(t)) for i, (r, t) in pending.items())
             if out:
                 yield b"".join(out)
         if writer.include_usage:

@@ -31,7 +31,13 @@ from engine.bench.prompts import (
     random_word_text,
 )
 from engine.bench.stats import SLO, RequestRecord, ServingMetrics, compute_metrics
-from engine.remote.sse import chunk_text, error_message, sse_events
+from engine.remote.sse import (
+    chunk_reasoning,
+    chunk_text,
+    error_message,
+    reasoning_tokens,
+    sse_events,
+)
 
 PROBE_WORDS = 64
 
@@ -100,7 +106,7 @@ class ServingResult:
                "output_throughput": m.output_throughput,
                "total_token_throughput": m.total_token_throughput,
                "request_goodput": m.request_goodput}
-        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "first_answer_ms"):
             d = getattr(m, name)
             for stat in ("mean", "p50", "p90", "p99"):
                 row[f"{stat}_{name}"] = getattr(d, stat)
@@ -112,6 +118,8 @@ class ServingResult:
             rows.append({"index": r.index, "success": r.success, "request_id": r.request_id,
                          "start_s": r.start_s, "prompt_tokens": r.prompt_len,
                          "output_tokens": r.output_tokens, "ttft_ms": _ms(r.ttft_s),
+                         "first_answer_ms": _ms(r.first_answer_s),
+                         "reasoning_tokens": r.reasoning_tokens,
                          "tpot_ms": _ms(r.tpot_s), "e2el_ms": _ms(r.e2el_s),
                          "finish_reason": r.finish_reason, "error": r.error})
         return write_outputs(prefix, self.to_dict(), {"": [self.summary_row()],
@@ -137,8 +145,11 @@ class ServingResult:
                          f"  ({m.good_requests} met the SLOs)")
         for title, name in (("Time to first token", "ttft_ms"),
                             ("Time per output token (excl. 1st)", "tpot_ms"),
-                            ("Inter-token latency", "itl_ms"), ("End-to-end latency", "e2el_ms")):
+                            ("Inter-token latency", "itl_ms"), ("End-to-end latency", "e2el_ms"),
+                            ("Time to first answer token (after reasoning)", "first_answer_ms")):
             d = getattr(m, name)
+            if name == "first_answer_ms" and d.count == 0:
+                continue  # the server sent no reasoning_content
             lines.append(f"---- {title} (ms) ----")
             if d.count == 0:
                 lines.append("  n/a")
@@ -188,6 +199,7 @@ async def stream_request(client: httpx.AsyncClient, path: str, body: dict, index
                         start_s=st - t_start)
     last = end = None
     chunks = 0
+    saw_reasoning = False
     try:
         async with client.stream("POST", path, json=body) as resp:
             if resp.status_code != 200:
@@ -207,13 +219,17 @@ async def stream_request(client: httpx.AsyncClient, path: str, body: dict, index
                 if rec.request_id is None and ev.get("id"):
                     rec.request_id = ev["id"]
                 text, finish, _ = chunk_text(ev)
-                if text:
+                reasoning = chunk_reasoning(ev)
+                if text or reasoning:
                     if rec.ttft_s is None:
                         rec.ttft_s = now - st
                     else:
                         rec.itl_s.append(now - last)
                     last = now
                     chunks += 1
+                    saw_reasoning = saw_reasoning or bool(reasoning)
+                    if text and rec.first_answer_s is None:
+                        rec.first_answer_s = now - st
                 if finish is not None:
                     rec.finish_reason = finish
                     end = now
@@ -221,6 +237,7 @@ async def stream_request(client: httpx.AsyncClient, path: str, body: dict, index
                 if usage:
                     rec.usage_reported = True
                     rec.output_tokens = int(usage.get("completion_tokens") or 0)
+                    rec.reasoning_tokens = reasoning_tokens(usage)
                     if usage.get("prompt_tokens"):
                         rec.prompt_len = int(usage["prompt_tokens"])
                 if isinstance(ev.get("timings"), dict):
@@ -228,6 +245,8 @@ async def stream_request(client: httpx.AsyncClient, path: str, body: dict, index
     except httpx.HTTPError as exc:
         rec.error = f"{type(exc).__name__}: {exc}".splitlines()[0] or type(exc).__name__
         return rec
+    if not saw_reasoning:
+        rec.first_answer_s = None  # the same as TTFT: only reasoning replies report it
     if not rec.usage_reported:
         rec.output_tokens = chunks  # one chunk per token is how OpenAI-style servers stream
     if rec.ttft_s is None and rec.error is None:

@@ -2,9 +2,12 @@
 
 Per request: TTFT = send -> first generated text; E2EL = send -> last chunk of the answer;
 TPOT = (E2EL - TTFT) / (output tokens - 1), only for requests with more than one output token;
-ITL = every gap between consecutive chunks that carry text. Throughputs divide by the wall time of
-the whole run. A request is "good" (goodput) when every given SLO holds; as in vLLM, a request
-with a single output token counts with TPOT 0 for that check.
+ITL = every gap between consecutive chunks that carry text. Reasoning text (`reasoning_content`)
+counts as generated text for all of these; for a request whose server sent reasoning, the time to
+the first answer token (send -> first `content` after the reasoning) is reported as well.
+Throughputs divide by the wall time of the whole run. A request is "good" (goodput) when every
+given SLO holds; as in vLLM, a request with a single output token counts with TPOT 0 for that
+check.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class RequestRecord:
     usage_reported: bool = False
     finish_reason: str | None = None
     server_timings: dict | None = None  # our server's own per-request timings (ms), if sent
+    # send -> first answer text, for requests whose server sent reasoning_content first
+    first_answer_s: float | None = None
+    reasoning_tokens: int | None = None  # the server's usage count, if it sent one
 
     @property
     def tpot_s(self) -> float | None:
@@ -101,6 +107,8 @@ class ServingMetrics:
     itl_ms: Distribution
     e2el_ms: Distribution
     max_concurrency_seen: int
+    # requests with reasoning only (count 0 when the server sent none)
+    first_answer_ms: Distribution = field(default_factory=lambda: Distribution.of_seconds([]))
 
 
 def peak_concurrency(records: list[RequestRecord]) -> int:
@@ -141,4 +149,6 @@ def compute_metrics(records: list[RequestRecord], duration_s: float,
         request_goodput=goodput, good_requests=good,
         ttft_ms=Distribution.of_seconds(ttfts), tpot_ms=Distribution.of_seconds(tpots),
         itl_ms=Distribution.of_seconds(itls), e2el_ms=Distribution.of_seconds(e2els),
-        max_concurrency_seen=peak_concurrency(ok))
+        max_concurrency_seen=peak_concurrency(ok),
+        first_answer_ms=Distribution.of_seconds(
+            [r.first_answer_s for r in ok if r.first_answer_s is not None]))

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from engine.cli.common import add_model_args, load_for_cli
+from engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
 from engine.cli.errors import CliError
 
 HELP = "commands: /reset (forget the conversation), /exit (quit); Ctrl-C stops a reply"
@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    add_reasoning_arg(p)
     p.add_argument("--remote", default=None, metavar="URL",
                    help="chat with an OpenAI-compatible server (npu-console, vLLM, MindIE) "
                         "instead of a local model; --model is then the served model id")
@@ -53,7 +54,8 @@ def run(args) -> int:
     else:
         _fallback_model(args)
         loaded = load_for_cli(args)
-        engine = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads))
+        engine = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads,
+                                          reasoning_parser=args.reasoning_parser))
         banner = None
     try:
         if banner is None:
@@ -94,23 +96,51 @@ def run(args) -> int:
                 history.pop()
                 continue
             reply: list[str] = []
+            shown = _ReplyPrinter(sys.stdout)
             print("bot> ", end="", flush=True)
             try:
                 for ev in handle:
                     if isinstance(ev, TokenEvent):
                         reply.append(ev.text)
-                        sys.stdout.write(ev.text)
-                        sys.stdout.flush()
+                        shown.write(ev.reasoning, ev.text)
                     elif ev.finish_reason == "error":
                         print(f"\n(error: {ev.error})", end="")
             except KeyboardInterrupt:
                 handle.cancel()
                 handle.result(10)
                 print(" [stopped]", end="")
+            shown.end()
             print()
             history.append({"role": "assistant", "content": "".join(reply)})
     finally:
         engine.shutdown()
+
+
+class _ReplyPrinter:
+    """Writes a reply as it streams: a reasoning model's thinking first, dimmed on a terminal
+    (in brackets otherwise), then the answer on a line of its own."""
+
+    def __init__(self, out):
+        self.out = out
+        self.tty = getattr(out, "isatty", lambda: False)()
+        self.thinking = False
+
+    def write(self, reasoning: str, text: str) -> None:
+        if reasoning:
+            if not self.thinking:
+                self.thinking = True
+                self.out.write("\x1b[2m(thinking) " if self.tty else "[thinking] ")
+            self.out.write(reasoning)
+        if text:
+            self.end("\n")
+            self.out.write(text)
+        self.out.flush()
+
+    def end(self, after: str = "") -> None:
+        """Close the thinking part if it is open."""
+        if self.thinking:
+            self.thinking = False
+            self.out.write(("\x1b[0m" if self.tty else " [/thinking]") + after)
 
 
 def _connect_remote(args):

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from engine.cli.common import add_model_args, load_for_cli
+from engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
 from engine.cli.errors import CliError
 
 API_KEY_ENV = "NPU_CONSOLE_API_KEY"
@@ -48,6 +48,7 @@ def register(sub) -> None:
                    help="auto: sampling fields a request leaves unset (temperature, top_p, "
                         "top_k, min_p, repetition_penalty) take the model's "
                         "generation_config.json values, as in vLLM; none: OpenAI's defaults")
+    add_reasoning_arg(p)
     p.add_argument("--grace", type=float, default=10.0, metavar="S",
                    help="on stop, seconds open streams may run before they are cancelled")
     p.add_argument("--allowed-hosts", default=None, metavar="HOSTS",
@@ -114,7 +115,8 @@ def run(args) -> int:
     from engine.runtime.types import EngineError
 
     loaded = load_for_cli(args)
-    config = EngineConfig(max_waiting=args.max_queue)
+    config = EngineConfig(max_waiting=args.max_queue,
+                          reasoning_parser=args.reasoning_parser)
     if args.max_running:
         config.max_running = args.max_running
     if args.threads:

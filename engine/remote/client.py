@@ -9,6 +9,8 @@ stream's usage chunk. cancel() closes the stream, which a well-behaved server tr
 abort. stats() reads the server's Prometheus /metrics through a background poller.
 
 Token ids are not part of OpenAI streams: TokenEvent.token_ids is empty for remote requests.
+Reasoning deltas (`reasoning_content`, or `reasoning`, as vLLM's reasoning parsers send them)
+arrive in TokenEvent.reasoning, counted one token a chunk until the usage chunk gives the number.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ import httpx
 
 from engine.remote.errors import connection_error, error_from_response
 from engine.remote.prom import MetricsSnapshot, parse_metrics, rate
-from engine.remote.sse import chunk_text, error_message, sse_events
+from engine.remote.sse import (
+    chunk_reasoning,
+    chunk_text,
+    error_message,
+    reasoning_tokens,
+    sse_events,
+)
 from engine.runtime.handle import LocalRequestHandle
 from engine.runtime.types import (
     EngineError,
@@ -115,6 +123,8 @@ class _Stream:
         self.t0 = t0
         self.arrival = arrival
         self.token_times: list[float] = []
+        self.first_answer: float | None = None  # monotonic time of the first answer text
+        self.reasoning_times: list[float] = []  # chunks that carried reasoning
         self.chunks = 0
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -134,8 +144,12 @@ class _Stream:
         # as types.py and vLLM define it: the decode time after the first token, per token
         tpot = (e2e - ttft) / (n - 1) if ttft is not None and n > 1 else None
         itl = tuple(b - a for a, b in itertools.pairwise(times))
+        first_answer = self.first_answer - self.t0 if self.first_answer is not None else None
+        r = self.reasoning_times
         timings = RequestTimings(arrival=self.arrival, queue_s=self.queue_s or 0.0, ttft_s=ttft,
-                                 e2e_s=e2e, tpot_s=tpot, itl_s=itl)
+                                 e2e_s=e2e, tpot_s=tpot, itl_s=itl,
+                                 first_answer_s=first_answer if r else ttft,
+                                 reasoning_s=r[-1] - r[0] if r else None)
         return FinishEvent(self.handle.request_id, reason, usage, timings, self.model,
                            error=error, stop_reason=self.stop_reason)
 
@@ -242,10 +256,17 @@ class RemoteEngine:
                 if ev.get("model"):
                     stream.model = ev["model"]
                 text, finish, stop_reason = chunk_text(ev)
-                if text:
+                reasoning = chunk_reasoning(ev)
+                if text or reasoning:
                     stream.token_times.append(now)
                     stream.chunks += 1
-                    stream.handle._push([TokenEvent(stream.handle.request_id, text, ())])
+                    if reasoning:
+                        stream.reasoning_times.append(now)
+                    if text and stream.first_answer is None:
+                        stream.first_answer = now
+                    stream.handle._push([TokenEvent(stream.handle.request_id, text, (),
+                                                    reasoning=reasoning,
+                                                    reasoning_tokens=1 if reasoning else 0)])
                 if finish is not None:
                     stream.finish_reason = finish
                     stream.stop_reason = stop_reason
@@ -254,7 +275,8 @@ class RemoteEngine:
                     details = usage.get("prompt_tokens_details") or {}
                     stream.usage = Usage(int(usage.get("prompt_tokens") or 0),
                                          int(usage.get("completion_tokens") or 0),
-                                         int(details.get("cached_tokens") or 0))
+                                         int(details.get("cached_tokens") or 0),
+                                         reasoning_tokens(usage))
                 timings = ev.get("timings")
                 if isinstance(timings, dict) and timings.get("queue_ms") is not None:
                     stream.queue_s = float(timings["queue_ms"]) / 1000.0
@@ -338,7 +360,9 @@ class RemoteEngine:
             max_context=num("max_model_len"), num_parameters=num("num_parameters"),
             weight_bytes=0, kv_bytes=0, path_kind="remote",
             created=float(card.get("created") or 0.0),
-            sampling_defaults=tuple(_numbers(card.get("sampling_defaults")).items()))
+            sampling_defaults=tuple(_numbers(card.get("sampling_defaults")).items()),
+            reasoning_parser=card.get("reasoning_parser") if isinstance(
+                card.get("reasoning_parser"), str) else None)
 
     def stats(self) -> EngineStats:
         with self._lock:

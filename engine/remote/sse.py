@@ -61,6 +61,26 @@ def chunk_text(chunk: dict[str, Any]) -> tuple[str, str | None, Any]:
     return text, c.get("finish_reason"), c.get("stop_reason")
 
 
+def chunk_reasoning(chunk: dict[str, Any]) -> str:
+    """The reasoning text of the first choice of a chat chunk: vLLM's `reasoning_content`, or
+    `reasoning` (the name newer vLLM releases and some other servers use)."""
+    choices = chunk.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    part = choices[0].get("delta") or choices[0].get("message") or {}
+    if not isinstance(part, dict):
+        return ""
+    value = part.get("reasoning_content") or part.get("reasoning") or ""
+    return value if isinstance(value, str) else ""
+
+
+def reasoning_tokens(usage: Any) -> int | None:
+    """usage.completion_tokens_details.reasoning_tokens, None when the server sent none."""
+    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def error_message(body: Any, status: int | None = None) -> tuple[str, str | None, str | None]:
     """(message, param, code) from an OpenAI-shaped error body (or whatever the server sent)."""
     if isinstance(body, dict):
