@@ -33,6 +33,9 @@ class _Stream:
     handle: Any
     thread: threading.Thread | None = None
     pending: list[str] = field(default_factory=list)
+    pending_reasoning: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    reasoning_sent: int = -1  # the count last emitted
     n_tokens: int = 0
     finish: Any = None  # FinishEvent
     cancelled: bool = False
@@ -42,6 +45,9 @@ class EngineBridge(QObject):
     """Owns no model: it forwards to an EngineClient and a TelemetryPoller set on it."""
 
     tokens = Signal(str, str)  # request_id, text since the last flush
+    # request_id, reasoning text since the last flush (may be ""), reasoning tokens so far;
+    # emitted before that flush's `tokens` (a reply's reasoning comes before its answer)
+    reasoning = Signal(str, str, int)
     finished = Signal(str, object)  # request_id, FinishEvent
     stats = Signal(object)  # EngineStats, a few times a second
     metrics = Signal(object)  # engine metrics sample (whatever the engine exposes), same rate
@@ -134,6 +140,9 @@ class EngineBridge(QObject):
                     if isinstance(event, TokenEvent):
                         stream.pending.append(event.text)
                         stream.n_tokens += len(event.token_ids)
+                        if event.reasoning:
+                            stream.pending_reasoning.append(event.reasoning)
+                        stream.reasoning_tokens += event.reasoning_tokens
                     elif isinstance(event, FinishEvent):
                         stream.finish = event
         except Exception as exc:  # the engine died under us: report it as this request's end  # noqa: BLE001
@@ -151,15 +160,25 @@ class EngineBridge(QObject):
         """Emit what accumulated since the last tick (runs on the GUI thread)."""
         self.flushes += 1
         out: list[tuple[str, str]] = []
+        thought: list[tuple[str, str, int]] = []
         done: list[tuple[str, Any]] = []
         with self._lock:
             for rid, stream in list(self._streams.items()):
+                if stream.pending_reasoning or (stream.reasoning_tokens
+                                                and stream.reasoning_tokens
+                                                != stream.reasoning_sent):
+                    thought.append((rid, "".join(stream.pending_reasoning),
+                                    stream.reasoning_tokens))
+                    stream.pending_reasoning.clear()
+                    stream.reasoning_sent = stream.reasoning_tokens
                 if stream.pending:
                     out.append((rid, "".join(stream.pending)))
                     stream.pending.clear()
                 if stream.finish is not None:
                     done.append((rid, stream.finish))
                     del self._streams[rid]
+        for rid, text, n in thought:
+            self.reasoning.emit(rid, text, n)
         for rid, text in out:
             self.tokens.emit(rid, text)
         for rid, fin in done:

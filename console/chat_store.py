@@ -18,7 +18,10 @@ class Message:
     role: str  # "user" | "assistant" | "system"
     content: str
     model: str | None = None
-    stats: dict | None = None  # ttft_s, tokens_per_s, prompt_tokens, completion_tokens, finish
+    # ttft_s, tokens_per_s, prompt_tokens, completion_tokens, finish; for a reply with reasoning
+    # also first_answer_s (time to the first answer token), reasoning_tokens, reasoning_s
+    stats: dict | None = None
+    reasoning: str = ""  # a reasoning model's thinking (<think> block), apart from the answer
 
 
 @dataclass
@@ -69,16 +72,34 @@ class Conversation:
                 lines += [f"## {'AB'[i] if i < 2 else i + 1}: {pane.model or 'default model'}", ""]
             for m in pane.messages:
                 who = "You" if m.role == "user" else (m.model or "Assistant")
-                lines += [f"**{who}:**", "", m.content, ""]
+                lines += [f"**{who}:**", ""]
+                if m.reasoning:  # folded, as GitHub and most Markdown viewers show <details>
+                    lines += [f"<details><summary>{thinking_summary(m.stats)}</summary>", "",
+                              m.reasoning, "", "</details>", ""]
+                lines += [m.content, ""]
                 if m.stats:
                     lines += [f"> {format_stats(m.stats)}", ""]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def thinking_summary(stats: dict | None, live: bool = False) -> str:
+    """'Thinking · 42 tokens · 1.3 s' (the reasoning's own count and time)."""
+    stats = stats or {}
+    parts = ["Thinking…" if live else "Thinking"]
+    if stats.get("reasoning_tokens") is not None:
+        n = stats["reasoning_tokens"]
+        parts.append(f"{n} token{'' if n == 1 else 's'}")
+    if stats.get("reasoning_s") is not None:
+        parts.append(f"{stats['reasoning_s']:.1f} s")
+    return " · ".join(parts)
 
 
 def format_stats(stats: dict) -> str:
     parts = []
     if stats.get("ttft_s") is not None:
         parts.append(f"TTFT {stats['ttft_s'] * 1000:.0f} ms")
+    if stats.get("reasoning_tokens") and stats.get("first_answer_s") is not None:
+        parts.append(f"first answer token {stats['first_answer_s'] * 1000:.0f} ms")
     if stats.get("tokens_per_s") is not None:
         parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
     if stats.get("prompt_tokens") is not None:

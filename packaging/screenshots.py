@@ -48,6 +48,9 @@ def main(argv: list[str]) -> int:
         paths.append(target)
     light.rmdir()
     paths += capture_part2(model, out, replay, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_thinking import capture_thinking  # the reasoning model's Thinking block
+
+    paths += capture_thinking(out, Path(os.environ["NPU_CONSOLE_HOME"]))
     for p in paths:
         print(p)
     return 0

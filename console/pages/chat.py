@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
@@ -37,6 +38,7 @@ class _Live:
     pane: int
     message: Message
     bubble: object
+    thinking_since: float | None = None  # GUI clock at the first reasoning text
 
 
 class ChatPage(Page):
@@ -164,6 +166,7 @@ class ChatPage(Page):
             sc.setContext(Qt.WidgetWithChildrenShortcut)
             sc.activated.connect(fn)
         bridge = ctx.bridge
+        bridge.reasoning.connect(self.on_reasoning)
         bridge.tokens.connect(self.on_tokens)
         bridge.finished.connect(self.on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
@@ -275,6 +278,19 @@ class ChatPage(Page):
         live.message.content += text
         live.bubble.render(streaming=True)
 
+    def on_reasoning(self, rid: str, text: str, n_tokens: int) -> None:
+        """A reasoning model's thinking, streamed into the reply's Thinking block."""
+        live = self.live.get(rid)
+        if live is None:
+            return
+        now = time.monotonic()
+        if live.thinking_since is None:
+            live.thinking_since = now
+        live.message.reasoning += text
+        live.bubble.thinking_live = {"reasoning_tokens": n_tokens,
+                                     "reasoning_s": now - live.thinking_since}
+        live.bubble.render(streaming=True)
+
     def on_finished(self, rid: str, fin) -> None:
         live = self.live.pop(rid, None)
         if live is None:
@@ -287,6 +303,9 @@ class ChatPage(Page):
                               "prompt_tokens": fin.usage.prompt_tokens,
                               "completion_tokens": fin.usage.completion_tokens,
                               "finish": fin.finish_reason, "error": fin.error}
+        if fin.usage.reasoning_tokens:  # the reasoning's own count and time, and the answer's
+            live.message.stats.update(reasoning_tokens=fin.usage.reasoning_tokens,
+                                      reasoning_s=t.reasoning_s, first_answer_s=t.first_answer_s)
         live.message.model = fin.model or live.message.model
         live.bubble.render()
         if live.pane == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QPalette, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -67,6 +67,8 @@ class DemoView(QWidget):
         self.setWindowTitle("NPU Console — demo")
         self.setObjectName("DemoView")
         self._requests: dict[str, QTextEdit] = {}
+        self._thinking: dict[str, bool] = {}  # request id -> still in its reasoning
+        self._reasoners: set[str] = set()  # models whose chat replies carry reasoning
         root = QVBoxLayout(self)
         root.setContentsMargins(28, 20, 28, 20)
         root.setSpacing(16)
@@ -145,6 +147,7 @@ class DemoView(QWidget):
         b.stats.connect(self._on_stats)
         b.metrics.connect(self._on_metrics)
         b.telemetry.connect(self._on_telemetry)
+        b.reasoning.connect(self._on_reasoning)
         b.tokens.connect(self._on_tokens)
         b.finished.connect(self._on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
@@ -161,6 +164,7 @@ class DemoView(QWidget):
 
     def set_models(self, models) -> None:
         names = [m.name for m in models]
+        self._reasoners = {m.name for m in models if getattr(m, "reasoning_parser", None)}
         for i, (box, _text) in enumerate(self.panes):
             current = box.currentText()
             box.clear()
@@ -232,8 +236,12 @@ class DemoView(QWidget):
                 continue
             seen.add(model)
             pane.setPlainText(f"» {text}\n\n")
-            req = GenerationRequest(messages=None, prompt=text, model=model,
-                                    params=SamplingParams(max_tokens=96, temperature=0.0))
+            # a reasoning model is asked as a chat, so its thinking comes apart from its answer
+            chat = model in self._reasoners
+            req = GenerationRequest(messages=[{"role": "user", "content": text}] if chat else None,
+                                    prompt=None if chat else text, model=model,
+                                    params=SamplingParams(max_tokens=256 if chat else 96,
+                                                          temperature=0.0))
             try:
                 rid = self.ctx.bridge.submit(req)
             except EngineError as exc:
@@ -244,16 +252,31 @@ class DemoView(QWidget):
         self.prompt.clear()
         return ids
 
+    def _on_reasoning(self, rid: str, text: str, _n_tokens: int) -> None:
+        pane = self._requests.get(rid)
+        if pane is None or not text:
+            return
+        if rid not in self._thinking:
+            self._thinking[rid] = True
+            _append(pane, "Thinking: ", muted=True, bold=True)
+        _append(pane, text, muted=True)
+
     def _on_tokens(self, rid: str, text: str) -> None:
         pane = self._requests.get(rid)
-        if pane is not None:
-            pane.moveCursor(pane.textCursor().MoveOperation.End)
-            pane.insertPlainText(text)
+        if pane is not None and text:
+            if self._thinking.get(rid):  # the answer starts below the reasoning
+                self._thinking[rid] = False
+                text = "\n\n" + text
+            _append(pane, text)
 
     def _on_finished(self, rid: str, fin) -> None:
         pane = self._requests.pop(rid, None)
+        self._thinking.pop(rid, None)
         if pane is None:
             return
+        if fin.usage.reasoning_tokens and fin.timings.first_answer_s is not None:
+            pane.append(f"\n— thought for {fin.usage.reasoning_tokens} tokens · first answer "
+                        f"token {fin.timings.first_answer_s * 1000:.0f} ms")
         if fin.error:
             pane.append(f"\n⚠ {fin.error}")
         elif fin.timings.tpot_s:
@@ -280,6 +303,7 @@ class DemoView(QWidget):
         b = self.ctx.bridge
         for sig, slot in ((b.stats, self._on_stats), (b.metrics, self._on_metrics),
                           (b.telemetry, self._on_telemetry), (b.tokens, self._on_tokens),
+                          (b.reasoning, self._on_reasoning),
                           (b.finished, self._on_finished)):
             try:
                 sig.disconnect(slot)
@@ -291,3 +315,17 @@ class DemoView(QWidget):
             pass
         self.closed.emit()
         event.accept()
+
+
+def _append(pane: QTextEdit, text: str, muted: bool = False, bold: bool = False) -> None:
+    """Add text at the end of a demo pane: the reasoning muted and italic, the answer plain."""
+    cursor = pane.textCursor()
+    cursor.movePosition(QTextCursor.End)
+    fmt = QTextCharFormat()
+    if muted:
+        fmt.setForeground(pane.palette().color(QPalette.PlaceholderText))
+        fmt.setFontItalic(not bold)
+        if bold:
+            fmt.setFontWeight(700)
+    cursor.insertText(text, fmt)
+    pane.setTextCursor(cursor)

@@ -14,8 +14,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from console.chat_store import Message, format_stats
+from console.chat_store import Message, format_stats, thinking_summary
 from console.widgets.basic import discard
+from console.widgets.thinking import ThinkingBlock
 
 
 class Bubble(QFrame):
@@ -41,6 +42,11 @@ class Bubble(QFrame):
             edit.clicked.connect(lambda: self.edit_requested.emit(self))
             head.addWidget(edit)
         lay.addLayout(head)
+        # a reasoning model's thinking, above the answer; hidden for replies without any
+        self.thinking = ThinkingBlock()
+        self.thinking.setVisible(False)
+        lay.addWidget(self.thinking)
+        self.thinking_live: dict | None = None  # reasoning_tokens / reasoning_s while streaming
         self.body = QLabel()
         self.body.setTextFormat(Qt.MarkdownText)
         self.body.setWordWrap(True)
@@ -55,7 +61,11 @@ class Bubble(QFrame):
 
     def render(self, streaming: bool = False) -> None:
         text = self.message.content
-        if streaming:
+        self._render_thinking(streaming)
+        if streaming and self.message.reasoning and not text:
+            self.body.setTextFormat(Qt.PlainText)
+            self.body.setText("▍")
+        elif streaming:
             # plain text while tokens arrive: re-parsing Markdown of a growing reply on every
             # flush is the costliest GUI work during streaming; it is rendered once at the end
             if self.body.textFormat() != Qt.PlainText:
@@ -63,10 +73,23 @@ class Bubble(QFrame):
             self.body.setText(text + " ▍")
         else:
             self.body.setTextFormat(Qt.MarkdownText)
-            self.body.setText(text if text else "_(empty reply)_"
+            empty = "_(no answer: the reply ended while thinking)_" if self.message.reasoning \
+                else "_(empty reply)_"
+            self.body.setText(text if text else empty
                               if self.message.role == "assistant" and self.message.stats else text)
         self.stats.setText(format_stats(self.message.stats) if self.message.stats else "")
         self.stats.setVisible(bool(self.message.stats))
+
+    def _render_thinking(self, streaming: bool) -> None:
+        reasoning = self.message.reasoning
+        self.thinking.setVisible(bool(reasoning))
+        if not reasoning:
+            return
+        thinking = streaming and not self.message.content
+        stats = self.thinking_live if streaming else self.message.stats
+        self.thinking.set_content(reasoning, thinking_summary(stats, live=thinking))
+        # open while the model thinks, folded once the answer starts (or when loaded)
+        self.thinking.set_expanded(thinking)
 
 
 class Transcript(QScrollArea):
