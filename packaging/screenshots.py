@@ -51,6 +51,11 @@ def main(argv: list[str]) -> int:
     from screenshot_thinking import capture_thinking  # the reasoning model's Thinking block
 
     paths += capture_thinking(out, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_chat_model import capture_chat_model, find_chat_model
+
+    chat_model = find_chat_model()  # the real chat model, where `make run` fetched it
+    if chat_model is not None:  # its chat, A/B and demo shots replace the demo model's
+        paths += capture_chat_model(chat_model, out, Path(os.environ["NPU_CONSOLE_HOME"]))
     for p in paths:
         print(p)
     return 0

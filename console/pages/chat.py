@@ -170,6 +170,7 @@ class ChatPage(Page):
         bridge.tokens.connect(self.on_tokens)
         bridge.finished.connect(self.on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
+        self.model_a.currentTextChanged.connect(lambda _name: self._update_context())
         self.refresh_list()
         self._update_buttons()
 
@@ -421,6 +422,7 @@ class ChatPage(Page):
 
     def _update_context(self) -> None:
         info = self._model_info(self.model_a.currentText())
+        self.sampling.set_template_system(info.default_system_prompt if info else None)
         total = info.max_context if info else 0
         used = self._last_usage
         self.ctx_gauge.setRange(0, max(1, total))
