@@ -10,6 +10,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.atomic_files import keep_corrupt
 from engine.paths import state_dir
 
 
@@ -136,8 +137,9 @@ class ChatStore:
         for p in self.root.glob("*.json"):
             try:
                 out.append(Conversation.from_json(json.loads(p.read_text())))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # a damaged file must not hide the others
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                # a damaged file must not hide the others; it is kept aside and reported
+                keep_corrupt(p, f"{type(exc).__name__}: {exc}"[:200])
         return sorted(out, key=lambda c: c.updated, reverse=True)
 
     def delete(self, conv_id: str) -> None:

@@ -128,6 +128,24 @@ class MainWindow(QMainWindow):
         host.engine_restarted.connect(
             lambda err: self.crash_banner.restart_failed(err) if err else None)
         self.server_lamp.set_state("off", "The HTTP API server is not running")
+        self._corrupt_seen = 0  # damaged settings/history files reported so far
+        self._corrupt_timer = QTimer(self)
+        self._corrupt_timer.timeout.connect(self.report_corrupt_files)
+        self._corrupt_timer.start(2000)
+        QTimer.singleShot(0, self.report_corrupt_files)
+
+    def report_corrupt_files(self) -> str:
+        """Say in the status bar which settings/history files were damaged and kept aside."""
+        from engine.atomic_files import corrupt_files
+
+        found = corrupt_files()
+        if len(found) <= self._corrupt_seen:
+            return ""
+        self._corrupt_seen = len(found)
+        text = "; ".join(f"{path.name} was damaged: kept as {kept.name}, started afresh"
+                         for path, kept, _why in found[-3:])
+        self.statusBar().showMessage(f"⚠ {text}", 60_000)
+        return text
 
     def _on_stats(self, stats) -> None:
         state = stats.state if not stats.loading else f"loading {stats.loading}"

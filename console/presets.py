@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from engine.atomic_files import atomic_write_json, load_json
 from engine.paths import state_dir
 
 DEFAULT = {"system_prompt": "", "temperature": 0.7, "top_p": 0.95, "top_k": 0, "max_tokens": 256,
@@ -32,12 +32,15 @@ def _file(name: str) -> Path:
 def list_presets() -> dict[str, dict]:
     out = {k: dict(v) for k, v in BUILTIN.items()}
     for p in sorted(presets_dir().glob("*.json")):
-        try:
-            data = json.loads(p.read_text())
+        data = load_json(p, None, check=_check)  # a damaged preset is kept aside, reported
+        if data is not None:
             out[data.get("name", p.stem)] = {**DEFAULT, **data.get("values", {})}
-        except (OSError, ValueError, AttributeError):
-            continue
     return out
+
+
+def _check(data) -> None:
+    if not isinstance(data, dict) or not isinstance(data.get("values", {}), dict):
+        raise TypeError("not a preset object")
 
 
 def save_preset(name: str, values: dict) -> Path:
@@ -48,7 +51,7 @@ def save_preset(name: str, values: dict) -> Path:
         raise ValueError(f"'{name}' is a built-in preset; choose another name")
     path = _file(name)
     clean = {k: values[k] for k in DEFAULT if k in values}
-    path.write_text(json.dumps({"name": name, "values": clean}, indent=1))
+    atomic_write_json(path, {"name": name, "values": clean}, indent=1)
     return path
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from engine.atomic_files import keep_corrupt
 from engine.paths import state_dir
 
 SETTINGS_ENV = "NPU_CONSOLE_SETTINGS"
@@ -18,8 +19,17 @@ def settings_path() -> Path:
 
 
 def open_settings(path: str | Path | None = None) -> QSettings:
-    """An INI file, never the platform registry, so tests and users can inspect and delete it."""
-    return QSettings(str(path or settings_path()), QSettings.IniFormat)
+    """An INI file, never the platform registry, so tests and users can inspect and delete it.
+
+    Qt writes it atomically (QSaveFile); one it cannot parse is kept aside as
+    console.ini.corrupt-<time> and reported, and the console starts with defaults."""
+    path = str(path or settings_path())
+    settings = QSettings(path, QSettings.IniFormat)
+    if settings.status() == QSettings.FormatError:
+        keep_corrupt(path, "not a valid INI file")
+        settings = QSettings(path, QSettings.IniFormat)
+    settings.setAtomicSyncRequired(True)
+    return settings
 
 
 def get_list(settings: QSettings, key: str) -> list[str]:

@@ -108,7 +108,14 @@ def test_lan_needs_an_api_key(page, window):
     key = page.generate_key()
     assert len(key) >= 24 and page.api_key.text() == key
     assert page.switch.isEnabled()
+    # the snippets mask the key unless it is shown; Copy snippet copies a working one
+    assert key not in page.curl_text.toPlainText() + page.python_text.toPlainText()
+    assert f"Bearer ••••••••{key[-4:]}" in page.curl_text.toPlainText()
+    page.show_key.setChecked(True)
     assert f"Bearer {key}" in page.curl_text.toPlainText()
+    page.show_key.setChecked(False)
+    assert key not in page.curl_text.toPlainText()
+    assert f"Bearer {key}" in page.snippet_text(reveal=True)
     page.autostart.setChecked(True)
     assert window.ctx.settings.value("server/autostart", type=bool) is True
     page.autostart.setChecked(False)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from engine.atomic_files import atomic_write_json, check_runs_history, load_json
 
 HISTORY_LIMIT = 50
 
@@ -62,12 +62,10 @@ class BenchStore:
         self.path = Path(path)
 
     def load(self) -> list[BenchRecord]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
+        # a damaged history is kept aside as bench_runs.json.corrupt-<time> and reported
+        data = load_json(self.path, {}, check=check_runs_history)
         out = []
-        for d in data.get("runs", []) if isinstance(data, dict) else []:
+        for d in data.get("runs", []):
             try:
                 out.append(BenchRecord(**d))
             except TypeError:
@@ -76,11 +74,7 @@ class BenchStore:
 
     def add(self, rec: BenchRecord) -> list[BenchRecord]:
         runs = ([rec] + self.load())[:HISTORY_LIMIT]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".bench_runs.", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"runs": [r.to_dict() for r in runs]}, fh, default=str)
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, {"runs": [r.to_dict() for r in runs]}, default=str)
         return runs
 
 

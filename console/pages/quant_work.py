@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from engine.atomic_files import atomic_write_json, check_runs_history, load_json
 
 Report = Callable[[float, str], None]  # fraction 0..1, stage line
 
@@ -371,12 +371,10 @@ class QuantRunStore:
         self.path = Path(path)
 
     def load(self) -> list[QuantRun]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
+        # a damaged history is kept aside as quant_runs.json.corrupt-<time> and reported
+        data = load_json(self.path, {}, check=check_runs_history)
         runs = []
-        for d in data.get("runs", []) if isinstance(data, dict) else []:
+        for d in data.get("runs", []):
             try:
                 runs.append(QuantRun.from_dict(d))
             except (TypeError, KeyError):
@@ -388,9 +386,5 @@ class QuantRunStore:
 
     def add(self, run: QuantRun) -> list[QuantRun]:
         runs = [run] + [r for r in self.load() if r.key != run.key]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".quant_runs.", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"runs": [r.to_dict() for r in runs]}, fh, indent=1)
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, {"runs": [r.to_dict() for r in runs]}, indent=1)
         return runs

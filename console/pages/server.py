@@ -7,7 +7,6 @@ the GUI thread through a queued signal.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
@@ -31,7 +30,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from console.api_key_store import ApiKeyStore
 from console.pages.base import Page
+from console.pages.server_snippets import snippets
 from console.theme import current_theme
 from console.widgets.basic import Lamp, card, muted, page_title
 from engine.api.ports import port_problem
@@ -113,12 +114,14 @@ class ServerPage(Page):
         prow.addWidget(self.port_status, 1)
         form.addRow("Port", prow)
         krow = QHBoxLayout()
-        self.api_key = QLineEdit(str(s.value("server/api_key", "") or ""))
+        self.key_store = ApiKeyStore(s)  # the keyring, else a 0600 file; never the INI
+        self.api_key = QLineEdit(self.key_store.load())
         self.api_key.setEchoMode(QLineEdit.Password)
         self.api_key.setPlaceholderText("none (loopback only)")
         self.show_key = QCheckBox("Show")
         self.show_key.toggled.connect(lambda on: self.api_key.setEchoMode(
             QLineEdit.Normal if on else QLineEdit.Password))
+        self.show_key.toggled.connect(lambda _on: self.update_snippets())  # masked unless shown
         self.gen_key = QPushButton("Generate")
         self.gen_key.clicked.connect(self.generate_key)
         self.copy_key = QPushButton("Copy")
@@ -163,8 +166,8 @@ class ServerPage(Page):
             self.snippets.addTab(edit, name)
         sv.addWidget(self.snippets, 1)
         self.copy_snippet = QPushButton("Copy snippet")
-        self.copy_snippet.clicked.connect(
-            lambda: self.copy(self.snippets.currentWidget().toPlainText()))
+        self.copy_snippet.setToolTip("Copies the snippet with the real API key")
+        self.copy_snippet.clicked.connect(lambda: self.copy(self.snippet_text(reveal=True)))
         row = QHBoxLayout()
         row.addStretch(1)
         row.addWidget(self.copy_snippet)
@@ -244,6 +247,7 @@ class ServerPage(Page):
     def generate_key(self) -> str:
         key = secrets.token_urlsafe(24)
         self.api_key.setText(key)
+        self.key_store.save(key)
         return key
 
     def copy(self, text: str) -> None:
@@ -253,7 +257,7 @@ class ServerPage(Page):
         s = self.ctx.settings
         s.setValue("server/lan", self.lan.isChecked())
         s.setValue("server/port", self.port.value())
-        s.setValue("server/api_key", self.api_key.text().strip())
+        self.key_store.save(self.api_key.text())
         s.setValue("server/cors", self.cors.text().strip())
         s.setValue("server/max_queue", self.max_queue.value())
 
@@ -268,24 +272,17 @@ class ServerPage(Page):
         models = self.ctx.engine_host.models()
         return models[0].name if models else "MODEL"
 
+    def snippet_text(self, reveal: bool = False) -> str:
+        """The current tab's snippet; the key masked unless `reveal` or Show is ticked."""
+        curl, python = snippets(self.base_url(), self.model_name(), self.api_key.text().strip(),
+                                self.lan.isChecked(), reveal or self.show_key.isChecked())
+        return curl if self.snippets.currentWidget() is self.curl_text else python
+
     def update_snippets(self) -> None:
-        url, model = self.base_url(), self.model_name()
-        key = self.api_key.text().strip()
-        auth = f" \\\n  -H \"Authorization: Bearer {key if key else '$NPU_CONSOLE_API_KEY'}\"" \
-            if key or self.lan.isChecked() else ""
-        body = (f'{{"model": {json.dumps(model)}, "max_tokens": 64,\n'
-                '       "messages": [{"role": "user", "content": "Hello!"}]}')
-        self.curl_text.setPlainText(
-            f"curl {url}/v1/chat/completions{auth} \\\n  -H \"Content-Type: application/json\""
-            f" \\\n  -d '{body}'\n")
-        self.python_text.setPlainText(
-            "from openai import OpenAI\n\n"
-            f"client = OpenAI(base_url=\"{url}/v1\", api_key=\"{key or 'not-needed'}\")\n"
-            "reply = client.chat.completions.create(\n"
-            f"    model=\"{model}\",\n"
-            "    messages=[{\"role\": \"user\", \"content\": \"Hello!\"}],\n"
-            "    max_tokens=64,\n)\n"
-            "print(reply.choices[0].message.content)\n")
+        curl, python = snippets(self.base_url(), self.model_name(), self.api_key.text().strip(),
+                                self.lan.isChecked(), self.show_key.isChecked())
+        self.curl_text.setPlainText(curl)
+        self.python_text.setPlainText(python)
 
     # ------------------------------------------------------------------ start / stop
 

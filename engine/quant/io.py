@@ -16,9 +16,7 @@ Formats (design/ASCEND_INT8.md sections 3 and 4):
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,24 +85,13 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def _atomic_dir(out: Path, overwrite: bool, write: Callable[[Path], None]) -> Path:
-    out = Path(out).absolute()
-    if out.exists() and not overwrite:
-        raise QuantError(f"output folder {out} already exists (pass --overwrite to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    """engine.quant.outdir.write_folder, its refusals as QuantError."""
+    from engine.quant.outdir import OutputFolderError, write_folder
+
     try:
-        write(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+        return write_folder(out, overwrite, write)
+    except OutputFolderError as exc:
+        raise QuantError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- exporters

@@ -13,6 +13,7 @@ from engine.quant import calib as calib_mod
 from engine.quant.apply import QuantInfo, quantize_model
 from engine.quant.calib import Cancelled, Progress
 from engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
+from engine.quant.outdir import OutputFolderError, check_replaceable
 
 
 @dataclass
@@ -91,8 +92,10 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
         raise QuantError(f"--int8-head is written only in the native format ({req.fmt} readers "
                          "keep lm_head and embeddings in float)")
     out = Path(req.out_dir)
-    if out.exists() and not req.overwrite:
-        raise QuantError(f"output folder {out} already exists (pass --overwrite to replace it)")
+    try:  # before the long work: --overwrite replaces only a model folder or an empty one
+        check_replaceable(out, req.overwrite)
+    except OutputFolderError as exc:
+        raise QuantError(str(exc)) from None
     texts = calib_mod.read_texts(req.calib_file) if cfg.needs_calibration else None
 
     def step(stage: str, done: int, total: int) -> None:

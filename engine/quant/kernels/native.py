@@ -7,7 +7,9 @@ NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU backend keeps
 kernels. The build is one gcc call of well under a second; the shared object lands in
 engine.paths.cache_dir() (~/.cache/npu-console, or $NPU_CONSOLE_CACHE)/kernels under a name that hashes the source,
 the flags and the CPU's feature flags, written to a temporary name and renamed, so concurrent
-first uses and hosts sharing a home directory never load a half-written or foreign build.
+first uses and hosts sharing a home directory never load a half-written or foreign build. The
+folder is the user's alone (0700), and a cached build is loaded only when this user owns it and
+no one else can write it (kernels/trust.py); otherwise it is rebuilt.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 
 from engine import paths
 from engine.devices import cpu_flags
+from engine.quant.kernels.trust import private_dir, untrusted
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +74,16 @@ def build() -> BuildInfo:
     key = hashlib.sha256(src + " ".join(FLAGS).encode() + " ".join(sorted(flags)).encode()
                          + cc.encode()).hexdigest()[:16]
     out = kernel_dir() / f"cpu_gemm-{key}.so"
-    if out.exists():
-        return BuildInfo(out, "cached")
     tmp = None
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        problem = private_dir(out.parent)
+        if problem:
+            return BuildInfo(None, f"kernel cache refused: {problem}")
+        if out.exists():
+            why = untrusted(out)
+            if why is None:
+                return BuildInfo(out, "cached")
+            log.warning("refusing the cached kernel %s (%s); rebuilding it", out, why)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
         proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True,
@@ -83,7 +91,8 @@ def build() -> BuildInfo:
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["?"])[0]
             return BuildInfo(None, f"compiler failed: {first}")
-        os.replace(tmp, out)
+        os.chmod(tmp, 0o700)  # the linker's mode follows the umask: never group-writable
+        os.replace(tmp, out)  # over a refused file too
         tmp = None
     except (OSError, subprocess.SubprocessError) as exc:
         return BuildInfo(None, f"build failed: {exc}")

@@ -1,0 +1,36 @@
+"""Trust rules for the compiled-kernel cache: a shared object is code, so one is loaded only
+from a folder that belongs to the current user and no one else can write (0700), and only if
+it is a regular file owned by that user and not writable by group or others. Anything else
+(planted by another local user, who can compute its name, or loosened by a chmod) is refused
+and rebuilt."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def private_dir(d: Path) -> str | None:
+    """Create `d` (0700) or tighten it to 0700; why it cannot be used, or None."""
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{d} is not a folder"
+    if st.st_uid != os.getuid():
+        return f"{d} belongs to another user (uid {st.st_uid})"
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(d, 0o700)
+    return None
+
+
+def untrusted(path: Path) -> str | None:
+    """Why the cached file at `path` must not be loaded, or None when it may be."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not by this user ({os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "writable by group or others"
+    return None
