@@ -116,3 +116,28 @@ def test_cancel_a_load(window, qtbot, stories_dir):
         host.unload("cancelled-one")
     else:
         assert "cancel" in page.status.text().lower()
+
+
+def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window, qtbot,
+                                                                         tmp_path, monkeypatch):
+    from support_gguf import SMOLLM_GGUF
+
+    if not SMOLLM_GGUF.is_file():
+        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))  # nothing converted yet
+    page = window.page("models")
+    assert page.open_folder(str(SMOLLM_GGUF))
+    assert page.fields["arch"].text() == "LlamaForCausalLM"
+    assert page.fields["ctx"].text() == "8,192" and page.fields["layers"].text() == "30"
+    assert "Q4_1" in page.fields["ckpt"].text() and "GGUF" in page.fields["ckpt"].text()
+    assert page.name_edit.text() == SMOLLM_GGUF.stem
+    stages = []
+    window.ctx.engine_host.load_progress.connect(lambda j, f, s: stages.append(s))
+    page.load_btn.click()
+    qtbot.waitUntil(lambda: "dequantizing the weights" in stages, timeout=WAIT_MS)
+    page.cancel_btn.click()
+    qtbot.waitUntil(lambda: page.job is None, timeout=WAIT_MS)
+    assert "cancel" in page.status.text().lower()
+    assert SMOLLM_GGUF.stem not in [m.name for m in window.ctx.engine_host.models()]
+    entries = [p for p in (tmp_path / "gguf").iterdir() if not p.name.endswith(".header.json")]
+    assert entries == []  # the child was killed and its half-written folder removed
