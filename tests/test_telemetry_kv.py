@@ -7,18 +7,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.telemetry.npu_smi_kv import (
-    parse_board,
     parse_common,
-    parse_ecc,
-    parse_health,
     parse_kv_output,
-    parse_list,
-    parse_mapping,
     parse_memory,
     parse_power,
-    parse_proc_mem,
     parse_temp,
     parse_usages,
+)
+from engine.telemetry.npu_smi_kv_card import (
+    parse_board,
+    parse_ecc,
+    parse_health,
+    parse_list,
+    parse_mapping,
+    parse_proc_mem,
 )
 
 

@@ -55,8 +55,9 @@ Alerts (engine/telemetry/alerts.py)
 Parsers (pure functions, text in, dataclasses out; never raise on bad input)
     parse_npu_smi_info(text) -> NpuSmiInfo   (.chips, .processes, .error, .warnings, .to_json())
     parse_kv_output(text) / parse_usages / parse_common / parse_power / parse_temp /
-    parse_memory / parse_board / parse_health / parse_ecc / parse_proc_mem / parse_list /
-    parse_mapping                          (engine/telemetry/npu_smi_kv.py)
+    parse_memory                           (engine/telemetry/npu_smi_kv.py)
+    parse_board / parse_health / parse_ecc / parse_proc_mem / parse_list /
+    parse_mapping                          (engine/telemetry/npu_smi_kv_card.py)
 
 Prometheus: engine.telemetry.prometheus.TelemetryCollector(poller) (npu-exporter-shaped names).
 """
