@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 from console.context import ConsoleContext
 from console.main_window import MainWindow
 from console.settings import open_settings
+from console.signals import install_quit_signals
 from console.theme import app_icon, apply_theme
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,14 @@ def run(options: LaunchOptions) -> int:
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = build_window(options)
+    # SIGTERM (systemd, kill) and Ctrl-C close the window as File > Quit does
+    uninstall = install_quit_signals(lambda _signum: window.close(), window)
     done = asyncio.Event()
     window.closed.connect(done.set)
     app.aboutToQuit.connect(done.set)
-    with loop:
-        loop.run_until_complete(done.wait())
+    try:
+        with loop:
+            loop.run_until_complete(done.wait())
+    finally:
+        uninstall()
     return 0

@@ -103,25 +103,47 @@ class EngineBridge(QObject):
     # ------------------------------------------------------------------ requests
 
     def submit(self, request) -> str:
-        """Enqueue in the engine (raises EngineError subclasses at once) and stream it."""
-        if self.engine is None:
+        """Stream `request`. The engine's cheap checks run here (EngineError subclasses are
+        raised at once: unknown model, bad parameter, stopped engine); rendering the chat
+        template and tokenizing run on the stream's own thread, never the GUI's, and a
+        refusal there (a prompt over the context) ends the stream with an error finish."""
+        engine = self.engine
+        if engine is None:
             from engine.runtime.types import NoModelLoadedError
 
             raise NoModelLoadedError("The engine is not running yet; load a model first.")
-        handle = self.engine.submit(request)
-        stream = _Stream(handle.request_id, handle)
-        stream.thread = threading.Thread(target=self._read, args=(stream,),
-                                         name=f"stream-{handle.request_id}", daemon=True)
+        validate = getattr(engine, "validate", None)
+        if validate is not None:
+            validate(request)
+        rid = request.request_id
+        stream = _Stream(rid, None)
+        stream.thread = threading.Thread(target=self._submit_and_read,
+                                         args=(stream, engine, request),
+                                         name=f"stream-{rid}", daemon=True)
         with self._lock:
-            self._streams[handle.request_id] = stream
+            self._streams[rid] = stream
         stream.thread.start()
-        return handle.request_id
+        return rid
+
+    def _submit_and_read(self, stream: _Stream, engine, request) -> None:
+        try:
+            stream.handle = engine.submit(request)
+        except Exception as exc:  # noqa: BLE001 - the request's end, shown like any other
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            with self._lock:
+                stream.finish = _error_finish(stream.request_id, message)
+            return
+        if stream.cancelled:  # stopped while its prompt was being tokenized
+            stream.handle.cancel()
+        self._read(stream)
 
     def cancel(self, request_id: str) -> None:
         with self._lock:
             stream = self._streams.get(request_id)
         if stream is not None:
             stream.cancelled = True
+            if stream.handle is None:
+                return  # still tokenizing: its thread cancels it once submitted
             try:
                 stream.handle.cancel()
             except Exception as exc:  # already finished: nothing to abort  # noqa: BLE001

@@ -77,11 +77,15 @@ class LocalEngine:
             self._start_thread()
 
     # ================================================================ client API (any thread)
-    def submit(self, request: GenerationRequest) -> LocalRequestHandle:
+    def validate(self, request: GenerationRequest) -> tuple[Any, Variant]:
+        """submit()'s checks before tokenizing, cheap enough for a GUI thread: raises what
+        submit would for a stopped engine, a bad parameter or an unknown model."""
         self._check_open()
         check_prompt_source(request)
-        params = normalize_params(request.params)
-        variant = self._resolve(request.model)
+        return normalize_params(request.params), self._resolve(request.model)
+
+    def submit(self, request: GenerationRequest) -> LocalRequestHandle:
+        params, variant = self.validate(request)
         ids = variant.encoder.encode(request)  # on this thread, with no engine lock held
         check_token_ids(ids, variant.vocab_size)
         take = {k: v for k, v in variant.info.sampling_defaults if k in params.model_defaults}

@@ -122,3 +122,25 @@ def breaking_handles(engine, after: int = 2):
         yield
     finally:
         engine.__dict__.pop("submit", None)
+
+
+@contextlib.contextmanager
+def recording_encoders(engine):
+    """Note the name of every thread that renders or tokenizes a prompt (each variant's real
+    PromptEncoder, wrapped on the instance); yields the list of names."""
+    import threading
+
+    seen: list[str] = []
+    encoders = [v.encoder for v in _variants(engine)]
+    for enc in encoders:
+        original = enc._encode
+
+        def _encode(req, _original=original):
+            seen.append(threading.current_thread().name)
+            return _original(req)
+        enc._encode = _encode
+    try:
+        yield seen
+    finally:
+        for enc in encoders:
+            enc.__dict__.pop("_encode", None)
