@@ -71,11 +71,13 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model from /proc/cpuinfo (x86 'model name', some Arm kernels 'Hardware'), else
+    what `platform` knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.lower().startswith(("model name", "hardware")):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
@@ -96,7 +98,7 @@ def cpu_device() -> DeviceInfo:
     vm = psutil.virtual_memory()
     dtypes = ("float32", "bfloat16") if cpu_supports_bf16() else ("float32",)
     return DeviceInfo(
-        kind="cpu", index=0, name=_cpu_name(), total_memory=vm.total, free_memory=vm.available,
+        kind="cpu", index=0, name=cpu_name(), total_memory=vm.total, free_memory=vm.available,
         dtypes=dtypes, extra={"cores": os.cpu_count() or 1, "vnni": "avx512_vnni" in cpu_flags()},
     )
 

@@ -78,10 +78,10 @@ def measure_host_bandwidth(size_mb: int = 512, passes: int = 5,
     kept and returned when today's is lower: a measurement taken while other work loads the
     host understates the memory system, and the roofline should be the hardware's, not the
     moment's. Older figures are dropped (hardware or settings may have changed)."""
-    from engine.devices import _cpu_name, import_torch
+    from engine.devices import cpu_name, import_torch
 
     torch = import_torch()
-    key = f"{_cpu_name()}|{os.cpu_count()}|{torch.get_num_threads()}|{size_mb}"
+    key = f"{cpu_name()}|{os.cpu_count()}|{torch.get_num_threads()}|{size_mb}"
     n = size_mb * (1 << 20) // 4
     buf = torch.ones(n, dtype=torch.float32)
     buf.sum()  # fault the pages in before timing
@@ -147,7 +147,7 @@ class HostInfo:
 def host_info() -> HostInfo:
     import psutil
 
-    from engine.devices import _cpu_name
+    from engine.devices import cpu_name
 
     try:
         from engine.devices import import_torch, list_devices
@@ -158,7 +158,7 @@ def host_info() -> HostInfo:
     except Exception as exc:  # noqa: BLE001 - the record says why instead of failing the run
         torch_version = None
         devices = (f"unknown ({type(exc).__name__})",)
-    return HostInfo(cpu=_cpu_name(), cores=os.cpu_count() or 1,
+    return HostInfo(cpu=cpu_name(), cores=os.cpu_count() or 1,
                     memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
                     platform=platform.platform(), python=platform.python_version(),
                     torch=torch_version, devices=devices)

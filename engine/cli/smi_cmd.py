@@ -4,6 +4,8 @@ npu-console smi                       live table, refreshed every --interval sec
 npu-console smi --once                one snapshot
 npu-console smi --replay A.txt B.txt  play saved `npu-smi info` captures (cycled)
 npu-console smi --input A.txt --json  parse one capture, print it as JSON
+npu-console smi --input DIR --json    parse a capture folder: its tables, each chip with the
+                                      details its `info -t` sub-command captures give
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ def register(subparsers) -> None:
         help="stop after N refreshes (default: run until Ctrl-C)",
     )
     p.add_argument("--replay", nargs="+", metavar="FILE", help="replay saved npu-smi captures")
-    p.add_argument("--input", metavar="FILE", help="parse one saved `npu-smi info` capture")
+    p.add_argument(
+        "--input",
+        metavar="FILE|DIR",
+        help="parse one saved `npu-smi info` capture, or a folder of captures (tables + "
+        "`info -t` sub-commands, named as in docs/telemetry.md)",
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -146,6 +153,8 @@ def _run_input(args) -> int:
     from engine.telemetry import TelemetryPoller, make_provider
     from engine.telemetry.npu_smi_table import parse_npu_smi_info
 
+    if Path(args.input).is_dir():
+        return _run_folder(args)
     text = _read_text(args.input)
     info = parse_npu_smi_info(text)
     for w in info.warnings:
@@ -155,6 +164,27 @@ def _run_input(args) -> int:
         return 0
     source = make_provider("replay", replay_files=[args.input])
     poller = TelemetryPoller(source, interval_s=args.interval)
+    try:
+        print(render(poller.poll_once(), poller, color=not args.no_color and sys.stdout.isatty()))
+    finally:
+        poller.close()
+    return 0
+
+
+def _run_folder(args) -> int:
+    from engine.telemetry import TelemetryPoller, make_provider
+    from engine.telemetry.capture_folder import folder_json
+
+    data = folder_json(args.input)
+    if not data["captures"]:
+        _fail(f"no `npu-smi info` table capture in {args.input}")
+    for cap in data["captures"]:
+        for w in cap["warnings"]:
+            print(f"warning: {cap['file']}: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    poller = TelemetryPoller(make_provider("replay", replay_files=[args.input]), args.interval)
     try:
         print(render(poller.poll_once(), poller, color=not args.no_color and sys.stdout.isatty()))
     finally:

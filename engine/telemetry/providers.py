@@ -8,25 +8,33 @@ reported in the snapshot's `error`, so a poller can keep going.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
-import platform
 import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from engine.telemetry.capture_folder import scan_folder
+from engine.telemetry.host_provider import HostProvider
+from engine.telemetry.npu_detail_poll import (
+    DEFAULT_DETAIL_INTERVAL_S,
+    DEFAULT_DETAIL_TIMEOUT_S,
+    DetailRefresher,
+)
+from engine.telemetry.npu_details import attach_details, build_details, table_chips
 from engine.telemetry.npu_smi_table import NpuSmiInfo, parse_npu_smi_info
+from engine.telemetry.nvml_provider import NvmlProvider
 from engine.telemetry.types import (
     DeviceSnapshot,
-    HostSnapshot,
     ProcessInfo,
     ProviderError,
+    Reading,
     TelemetrySnapshot,
 )
 
@@ -34,18 +42,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NPU_SMI = "npu-smi"
 DEFAULT_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What an accelerator provider saw in one call."""
-
-    devices: tuple[DeviceSnapshot, ...] = ()
-    processes: tuple[ProcessInfo, ...] = ()
-    warnings: tuple[str, ...] = ()
-    error: ProviderError | None = None
-    source: str = ""
-    raw: str | None = None
 
 
 # ----------------------------------------------------------------------------- npu-smi
@@ -127,15 +123,33 @@ def resolve_binary(binary: str | os.PathLike | None) -> str | None:
 
 
 class NpuSmiProvider:
-    """Runs `npu-smi info` once per call (one call covers every card)."""
+    """Runs `npu-smi info` once per call (one call covers every card). With `details`, the
+    slower `info -t` sub-commands run on their own thread every `detail_interval_s` (each call
+    bounded by `detail_timeout_s`) and their cached answers fill `DeviceSnapshot.detail`."""
 
     name = "npu-smi"
 
     def __init__(
-        self, binary: str | os.PathLike | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        binary: str | os.PathLike | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        details: bool = True,
+        detail_interval_s: float = DEFAULT_DETAIL_INTERVAL_S,
+        detail_timeout_s: float = DEFAULT_DETAIL_TIMEOUT_S,
     ):
         self.binary = str(binary or DEFAULT_NPU_SMI)
         self.timeout_s = float(timeout_s)
+        self.details = (
+            DetailRefresher(
+                lambda: resolve_binary(self.binary),
+                run_with_timeout,
+                interval_s=detail_interval_s,
+                timeout_s=min(detail_timeout_s, self.timeout_s),
+            )
+            if details
+            else None
+        )
 
     @property
     def available(self) -> bool:
@@ -160,10 +174,16 @@ class NpuSmiProvider:
                 error=ProviderError("missing", f"cannot run {path}: {exc.strerror or exc}"),
                 source=self.name,
             )
-        return reading_from_text(out, self.name, rc)
+        reading = reading_from_text(out, self.name, rc)
+        if self.details is None or not reading.devices:
+            return reading
+        self.details.want(table_chips(reading.devices))
+        devices = attach_details(reading.devices, self.details.details())
+        return dataclasses.replace(reading, devices=devices)
 
     def close(self) -> None:
-        pass
+        if self.details is not None:
+            self.details.close()
 
 
 def run_with_timeout(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
@@ -193,27 +213,30 @@ def run_with_timeout(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
 
 
 class ReplayProvider:
-    """Plays saved `npu-smi info` captures, one per call, cycling (offline analysis, demos)."""
+    """Plays saved `npu-smi info` captures, one per call, cycling (offline analysis, demos).
+
+    A folder stands for its table captures in name order, each with the folder's sub-command
+    captures of the same prefix filled into `DeviceSnapshot.detail` (engine/telemetry/
+    capture_folder.py says how files are named)."""
 
     name = "replay"
 
     def __init__(self, files: Iterable[str | os.PathLike], cycle: bool = True):
         self.files = [Path(f) for f in files]
-        self._texts: list[tuple[str, str | None, str | None]] = []
+        self._entries: list[_ReplayEntry] = []
         for f in self.files:
-            try:
-                self._texts.append((f.name, f.read_text(encoding="utf-8", errors="replace"), None))
-            except OSError as exc:
-                self._texts.append((f.name, None, f"cannot read {f}: {exc.strerror or exc}"))
+            if f.is_dir():
+                self._entries += _folder_entries(f)
+            else:
+                self._entries.append(_ReplayEntry(f))
         self.cycle = cycle
-        self._order = (
-            itertools.cycle(range(len(self._texts))) if cycle else iter(range(len(self._texts)))
-        )
+        n = len(self._entries)
+        self._order = itertools.cycle(range(n)) if cycle else iter(range(n))
         self._lock = threading.Lock()
         self._last: int | None = None
 
     def read(self) -> Reading:
-        if not self._texts:
+        if not self._entries:
             return Reading(
                 error=ProviderError("missing", "no replay captures given"), source="replay"
             )
@@ -222,221 +245,59 @@ class ReplayProvider:
             if idx is None:
                 idx = self._last if self._last is not None else 0
             self._last = idx
-        name, text, problem = self._texts[idx]
-        source = f"replay:{name}"
-        if text is None:
-            return Reading(error=ProviderError("missing", problem or "unreadable"), source=source)
-        return reading_from_text(text, source, 0)
+            return self._entries[idx].reading()
 
     def close(self) -> None:
         pass
 
 
-# ----------------------------------------------------------------------------- NVML
+class _ReplayEntry:
+    """One table capture (+ its sub-command captures), parsed once on first use."""
 
+    def __init__(self, path: Path, outputs=(), warnings=(), problem: str | None = None):
+        self.path = path
+        self.outputs = list(outputs)
+        self.warnings = tuple(warnings)
+        self.problem = problem  # why there is nothing to parse (an empty folder)
+        self._reading: Reading | None = None
 
-class NvmlProvider:
-    """NVIDIA GPUs through NVML (`nvidia-ml-py`, imported only when this provider is used)."""
+    def reading(self) -> Reading:
+        if self._reading is None:
+            self._reading = self._parse()
+        return self._reading
 
-    name = "nvml"
-
-    def __init__(self) -> None:
-        self._nvml = None
-        self._problem: str | None = None
+    def _parse(self) -> Reading:
+        source = f"replay:{self.path.name}"
+        if self.problem is not None:
+            return Reading(error=ProviderError("missing", self.problem), source=source)
         try:
-            import pynvml  # type: ignore[import-not-found]
-        except ImportError:
-            self._problem = "NVML unavailable: nvidia-ml-py (pynvml) is not installed"
-            return
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver not loaded...
-            self._problem = f"NVML unavailable: {exc}"
-            return
-        self._nvml = pynvml
-
-    @property
-    def available(self) -> bool:
-        return self._nvml is not None
-
-    def read(self) -> Reading:
-        nv = self._nvml
-        if nv is None:
-            return Reading(
-                error=ProviderError("unavailable", self._problem or "NVML unavailable"),
-                source=self.name,
-            )
-        devices: list[DeviceSnapshot] = []
-        procs: list[ProcessInfo] = []
-        warnings: list[str] = []
-        try:
-            count = nv.nvmlDeviceGetCount()
-        except Exception as exc:  # noqa: BLE001
-            return Reading(error=ProviderError("unavailable", f"NVML: {exc}"), source=self.name)
-        for i in range(count):
-            key = f"gpu{i}"
-
-            def q(fn, *args, key=key):
-                try:
-                    return fn(*args)
-                except Exception as exc:  # noqa: BLE001 - one unsupported query must not hide the others
-                    warnings.append(f"{key}: {getattr(fn, '__name__', 'query')}: {exc}")
-                    return None
-
-            h = q(nv.nvmlDeviceGetHandleByIndex, i)
-            if h is None:
-                continue
-            name = q(nv.nvmlDeviceGetName, h) or f"GPU {i}"
-            if isinstance(name, bytes):
-                name = name.decode(errors="replace")
-            util = q(nv.nvmlDeviceGetUtilizationRates, h)
-            mem = q(nv.nvmlDeviceGetMemoryInfo, h)
-            temp = q(nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
-            power = q(nv.nvmlDeviceGetPowerUsage, h)
-            pci = q(nv.nvmlDeviceGetPciInfo, h)
-            gpu_procs = []
-            for p in q(nv.nvmlDeviceGetComputeRunningProcesses, h) or []:
-                used = getattr(p, "usedGpuMemory", None)
-                gpu_procs.append(
-                    ProcessInfo(
-                        pid=int(p.pid),
-                        name=_proc_name(int(p.pid)),
-                        memory_mb=None if used is None else used / 2**20,
-                        device_key=key,
-                    )
-                )
-            bus = getattr(pci, "busId", None) if pci is not None else None
-            if isinstance(bus, bytes):
-                bus = bus.decode(errors="replace")
-            devices.append(
-                DeviceSnapshot(
-                    kind="gpu",
-                    index=i,
-                    key=key,
-                    name=str(name),
-                    health="OK",
-                    util_pct=None if util is None else float(util.gpu),
-                    mem_used_mb=None if mem is None else mem.used / 2**20,
-                    mem_total_mb=None if mem is None else mem.total / 2**20,
-                    temp_c=None if temp is None else float(temp),
-                    power_w=None if power is None else power / 1000.0,
-                    bus_id=bus,
-                    processes=tuple(gpu_procs),
-                )
-            )
-            procs.extend(gpu_procs)
-        return Reading(tuple(devices), tuple(procs), tuple(warnings), None, self.name)
-
-    def close(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception as exc:  # noqa: BLE001 - shutting down anyway
-                log.debug("nvmlShutdown failed: %s", exc)
-            self._nvml = None
-
-
-def _proc_name(pid: int) -> str:
-    try:
-        import psutil
-
-        return psutil.Process(pid).name()
-    except Exception:  # noqa: BLE001
-        return ""
-
-
-# ----------------------------------------------------------------------------- host
-
-
-class HostProvider:
-    """Host CPU and memory, and this process's own CPU % and RSS, through psutil."""
-
-    name = "host"
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self._proc = psutil.Process()
-        # cpu_percent(None) measures since the previous call: prime both counters now
-        psutil.cpu_percent(interval=None)
-        self._proc.cpu_percent(interval=None)
-        self._cpu_name = _cpu_name()
-
-    def host(self) -> HostSnapshot:
-        ps = self._psutil
-        try:
-            cpu = float(ps.cpu_percent(interval=None))
-        except Exception:  # noqa: BLE001
-            cpu = None
-        try:
-            vm = ps.virtual_memory()
-            used, total, pct = (
-                (vm.total - vm.available) / 2**20,
-                vm.total / 2**20,
-                float(vm.percent),
-            )
-        except Exception:  # noqa: BLE001
-            used = total = pct = None
-        try:
-            load = float(os.getloadavg()[0])
-        except (OSError, AttributeError):
-            load = None
-        try:
-            pcpu = float(self._proc.cpu_percent(interval=None))
-            rss = self._proc.memory_info().rss / 2**20
-        except Exception:  # noqa: BLE001
-            pcpu = rss = None
-        return HostSnapshot(
-            cpu_pct=cpu,
-            cpu_count=ps.cpu_count(logical=True),
-            mem_used_mb=used,
-            mem_total_mb=total,
-            mem_pct=pct,
-            load_1m=load,
-            proc_pid=self._proc.pid,
-            proc_cpu_pct=pcpu,
-            proc_rss_mb=rss,
-        )
-
-    def cpu_device(self, host: HostSnapshot) -> DeviceSnapshot:
-        return DeviceSnapshot(
-            kind="cpu",
-            index=0,
-            key="cpu",
-            name=self._cpu_name,
-            health="OK",
-            util_pct=host.cpu_pct,
-            mem_used_mb=host.mem_used_mb,
-            mem_total_mb=host.mem_total_mb,
-            temp_c=_cpu_temp(self._psutil),
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            problem = f"cannot read {self.path}: {exc.strerror or exc}"
+            return Reading(error=ProviderError("missing", problem), source=source)
+        reading = reading_from_text(text, source, 0)
+        if not self.outputs and not self.warnings:
+            return reading
+        details, warnings = build_details(self.outputs, table_chips(reading.devices))
+        return dataclasses.replace(
+            reading,
+            devices=attach_details(reading.devices, details),
+            warnings=reading.warnings + self.warnings + tuple(warnings),
         )
 
 
-def _cpu_name() -> str:
+def _folder_entries(folder: Path) -> list[_ReplayEntry]:
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.lower().startswith(("model name", "hardware")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
-
-
-def _cpu_temp(psutil) -> float | None:
-    fn = getattr(psutil, "sensors_temperatures", None)
-    if fn is None:
-        return None
-    try:
-        temps = fn()
-    except Exception:  # noqa: BLE001
-        return None
-    for name in ("coretemp", "k10temp", "cpu_thermal", "zenpower"):
-        for entry in temps.get(name, ()):
-            if entry.current:
-                return float(entry.current)
-    return None
+        found = scan_folder(folder)
+    except OSError as exc:
+        return [_ReplayEntry(folder, problem=f"cannot list {folder}: {exc.strerror or exc}")]
+    if not found.tables:
+        return [_ReplayEntry(folder, problem=f"no `npu-smi info` table capture in {folder}")]
+    entries = []
+    for table in found.tables:
+        outputs, warnings = found.outputs_for(table)
+        entries.append(_ReplayEntry(table.path, outputs, warnings))
+    return entries
 
 
 # ----------------------------------------------------------------------------- combined

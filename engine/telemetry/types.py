@@ -34,6 +34,38 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True)
+class ChipDetail:
+    """What npu-smi's slower `info -t` sub-commands add about one chip (usages, board, health,
+    ecc). Refreshed at its own cadence, so `updated_at` may be older than the snapshot; None
+    for a value the sub-command did not print (or has not answered yet)."""
+
+    updated_at: float | None = None  # time.time() of the refresh; None for a replayed capture
+    health_status: str | None = None  # `-t health`: OK, Warning, Alarm, Critical, UNKNOWN
+    health_meaning: str | None = None  # the status in words (engine/telemetry/npu_health.py)
+    error_codes: tuple[str, ...] = ()  # hex codes as printed ("80E01801")
+    error_info: tuple[str, ...] = ()  # npu-smi's own lines explaining them
+    ecc: tuple[tuple[str, int | None], ...] = ()  # `-t ecc` counters, as printed, in order
+    hbm_bandwidth_pct: float | None = None  # `-t usages`
+    ddr_bandwidth_pct: float | None = None
+    aicpu_pct: float | None = None
+    ctrlcpu_pct: float | None = None
+    aivector_pct: float | None = None
+    aicube_pct: float | None = None
+    npu_util_pct: float | None = None
+    product_name: str | None = None  # `-t board` (card)
+    serial_number: str | None = None
+    firmware_version: str | None = None
+    software_version: str | None = None
+    chip_version: str | None = None  # `-t board -c` (chip)
+    sources: tuple[str, ...] = ()  # what it was read from: commands or capture files
+    errors: tuple[str, ...] = ()  # sub-commands that failed or timed out in the last refresh
+
+    def ecc_count(self, memory: str = "HBM", bits: str = "Double") -> int | None:
+        """e.g. ecc_count("HBM", "Single") -> `HBM Single Bit Error Count`."""
+        return dict(self.ecc).get(f"{memory} {bits} Bit Error Count")
+
+
+@dataclass(frozen=True)
 class DeviceSnapshot:
     """One chip / GPU / the host CPU at one instant. Missing values are None, never guessed."""
 
@@ -56,6 +88,7 @@ class DeviceSnapshot:
     ddr_used_mb: float | None = None
     ddr_total_mb: float | None = None
     processes: tuple[ProcessInfo, ...] = ()
+    detail: ChipDetail | None = None  # npu-smi sub-commands, where read (NPUs only)
 
     @property
     def mem_pct(self) -> float | None:
@@ -77,6 +110,18 @@ class HostSnapshot:
     proc_pid: int
     proc_cpu_pct: float | None
     proc_rss_mb: float | None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What an accelerator provider saw in one call (a SnapshotSource adds the host)."""
+
+    devices: tuple[DeviceSnapshot, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    warnings: tuple[str, ...] = ()
+    error: ProviderError | None = None
+    source: str = ""
+    raw: str | None = None
 
 
 @dataclass(frozen=True)
