@@ -241,6 +241,10 @@ def render(snap, poller=None, color: bool = False) -> str:
             f"{_num(d.mem_pct, '{:.0f}%'):>5} {_num(d.temp_c, '{:.0f}C'):>5} "
             f"{_num(d.power_w, '{:.1f}W'):>7}"
         )
+    details = [d for d in snap.devices if d.detail is not None]
+    if details:
+        lines.append("")
+        lines.extend(_detail_line(d.key, d.detail) for d in details)
     if snap.processes:
         lines.append("")
         lines.append(f"{'DEVICE':<10} {'PID':>9} {'NAME':<18} {'MEMORY (MB)':>12}")
@@ -270,3 +274,24 @@ def render(snap, poller=None, color: bool = False) -> str:
     for w in snap.warnings:
         lines.append(_c(f"note: {w}", "2", color))
     return "\n".join(lines)
+
+
+def _detail_line(key: str, det) -> str:
+    """One line per chip from the `info -t` sub-commands (what `DeviceSnapshot.detail` holds)."""
+    parts = []
+    if det.health_status:
+        parts.append(f"health {det.health_status} ({det.health_meaning})")
+    parts += [f"code {c}" for c in det.error_codes]
+    for label, value in (("AI CPU", det.aicpu_pct), ("ctrl CPU", det.ctrlcpu_pct),
+                         ("HBM BW", det.hbm_bandwidth_pct), ("DDR BW", det.ddr_bandwidth_pct)):
+        if value is not None:
+            parts.append(f"{label} {value:.0f}%")
+    single, double = det.ecc_count("HBM", "Single"), det.ecc_count("HBM", "Double")
+    if single is not None or double is not None:
+        parts.append(f"HBM ECC 1-bit/2-bit {_num(single)}/{_num(double)}")
+    if det.firmware_version:
+        parts.append(f"fw {det.firmware_version}")
+    if det.serial_number:
+        parts.append(f"S/N {det.serial_number}")
+    parts += [f"failed: {e}" for e in det.errors]
+    return f"{key:<10} " + " · ".join(parts or ["no sub-command answer yet"])
