@@ -168,3 +168,15 @@ def test_serve_the_gguf_and_the_openai_client_gets_paris(smollm_gguf):
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+@pytest.mark.slow
+def test_quantize_takes_the_gguf_and_its_export_keeps_the_tokenizer(smollm_gguf, tmp_path):
+    out = tmp_path / "smol-w8a16"
+    q = _cli("quantize", "--model", smollm_gguf, "--method", "w8a16", "--out", out, "--json")
+    assert q.returncode == 0, q.stderr
+    assert {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} <= {
+        p.name for p in out.iterdir()}
+    g = _cli("generate", "--model", out, "--prompt", "The capital of France is",
+             "--max-tokens", "8", "--temperature", "0")
+    assert g.returncode == 0 and "Paris" in g.stdout, g.stderr

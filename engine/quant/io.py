@@ -69,6 +69,15 @@ def _check_exportable(model: Any) -> tuple[QuantInfo, dict[str, QuantLinear]]:
 def _copy_side_files(src: Path | None, dst: Path) -> None:
     if src is None:
         return
+    from engine.models.gguf import gguf_file_of
+
+    gguf = gguf_file_of(src)
+    if gguf is not None:  # a GGUF's tokenizer files are in its converted cache folder
+        from engine.models.gguf_convert import converted_folder
+
+        src = converted_folder(gguf)
+        if src is None:
+            raise QuantError(f"{gguf}: load it once before exporting (it is not converted yet)")
     for name in _TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, dst / name)

@@ -62,11 +62,16 @@ class QuantizeResult:
 
 def load_float_model(model_dir: str, device: str, dtype: str) -> tuple[Any, Any]:
     """Model + tokenizer through the engine's loader (its errors are already user-facing)."""
+    from engine.models.gguf import GgufError, gguf_file_of
     from engine.models.loader import load_model
 
     path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise QuantError(f"{path} is not a model folder (no config.json)")
+    try:
+        is_gguf = gguf_file_of(path) is not None
+    except GgufError as exc:
+        raise QuantError(str(exc)) from None
+    if not is_gguf and not (path / "config.json").is_file():
+        raise QuantError(f"{path} is not a model folder (no config.json) nor a GGUF file")
     from engine.quant.io import detect_format
 
     if detect_format(path) is not None:
