@@ -32,11 +32,12 @@ class TelemetryControl(QObject):
         self._swap(make_provider("auto"), LIVE_INTERVAL_S, ())
 
     def start_replay(self, files) -> None:
-        """Replay captures in order, one per poll (cycled). Raises ValueError for missing files."""
+        """Replay captures in order, one per poll (cycled); a folder stands for its table captures
+        with their sub-command captures (chip details). Raises ValueError for missing paths."""
         from engine.telemetry import make_provider
 
         files = tuple(str(Path(f)) for f in files)
-        missing = [f for f in files if not Path(f).is_file()]
+        missing = [f for f in files if not Path(f).exists()]
         if missing:
             raise ValueError(f"capture not found: {missing[0]}")
         if not files:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from console.pages.base import Page
 from console.widgets.basic import Banner, discard, muted, page_title
+from console.widgets.chip_drawer import ChipDrawer
 from console.widgets.device_card import DeviceCard
 from console.widgets.engine_panel import EnginePanel
 from console.widgets.live_plot import LivePlot
@@ -54,11 +55,15 @@ class DashboardPage(Page):
         self.window_box.setToolTip("History window of every plot")
         self.replay_btn = QPushButton("Replay capture…")
         self.replay_btn.setToolTip("Show saved `npu-smi info` captures instead of live data")
+        self.folder_btn = QPushButton("Folder…")
+        self.folder_btn.setToolTip("Replay a folder of captures: `npu-smi info` tables and their "
+                                   "`info -t` sub-commands (chip details)")
         self.live_btn = QPushButton("Live")
         self.live_btn.setToolTip("Back to live telemetry")
         head.addWidget(muted("Window"))
         head.addWidget(self.window_box)
         head.addWidget(self.replay_btn)
+        head.addWidget(self.folder_btn)
         head.addWidget(self.live_btn)
         root.addLayout(head)
 
@@ -94,11 +99,16 @@ class DashboardPage(Page):
         self.history = LivePlot("", "", capacity=3600)
         left_lay.addWidget(self.history, 2)
         split.addWidget(left)
+        self.drawer = ChipDrawer()  # a chip's npu-smi details; opened by a click on its card
+        self.drawer.hide()
+        self.drawer.closed.connect(self._drawer_closed)
+        split.addWidget(self.drawer)
         self.engine_panel = EnginePanel()
         split.addWidget(self.engine_panel)
         split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 1)
-        split.setSizes([560, 560])
+        split.setStretchFactor(2, 1)
+        split.setSizes([560, 0, 560])
+        self.split = split
         root.addWidget(split, 1)
 
         self.timer = QTimer(self)
@@ -114,6 +124,7 @@ class DashboardPage(Page):
         self.window_box.currentIndexChanged.connect(self.on_window)
         self.metric_box.currentIndexChanged.connect(lambda _i: self._rebuild_history())
         self.replay_btn.clicked.connect(self.choose_replay)
+        self.folder_btn.clicked.connect(self.choose_replay_folder)
         self.live_btn.clicked.connect(self.go_live)
         saved = int(ctx.settings.value("dashboard/window_s", 300))
         idx = max(0, next((i for i, (_l, s) in enumerate(WINDOWS) if s == saved), 1))
@@ -130,6 +141,8 @@ class DashboardPage(Page):
             discard(self.cards.pop(key))
         self.history.clear_series()
         self.last_snapshot = None
+        if self.drawer.isVisible():
+            self.drawer.close_drawer()
 
     def on_snapshot(self, snap) -> None:
         self.last_snapshot = snap
@@ -139,6 +152,8 @@ class DashboardPage(Page):
             self._rebuild_cards(keys)
         for dev in accel:
             self.cards[dev.key].show_device(dev)
+            if dev.key == self.drawer.key:
+                self.drawer.show_device(dev)
         if not accel and snap.host is not None:
             self.cards["cpu"].show_host(snap.host, snap.processes)
         if snap.error is not None and not accel:
@@ -152,12 +167,37 @@ class DashboardPage(Page):
             discard(card)
         self.cards.clear()
         cols = CARD_COLUMNS if len(keys) <= 8 else 3
+        if self.drawer.key is not None and self.drawer.key not in keys:
+            self.drawer.close_drawer()
         for i, key in enumerate(keys):
             card = DeviceCard(key)
+            card.clicked.connect(self.open_drawer)
+            card.set_selected(key == self.drawer.key)
             self.cards[key] = card
             self.cards_grid.addWidget(card, i // cols, i % cols)
         self.cards_grid.setRowStretch(math.ceil(len(keys) / cols), 1)
         self._rebuild_history()
+
+    def open_drawer(self, key: str) -> None:
+        """Show one chip's details beside the cards (a second click on its card closes them)."""
+        snap = self.last_snapshot
+        dev = snap.device(key) if snap is not None else None
+        if dev is None or (self.drawer.isVisible() and self.drawer.key == key):
+            self.drawer.close_drawer()
+            return
+        self.drawer.show_device(dev)
+        for k, card in self.cards.items():
+            card.set_selected(k == key)
+        if not self.drawer.isVisible():
+            self.drawer.show()
+            left, _drawer, right = self.split.sizes()  # the cards keep their width
+            width = 300
+            self.split.setSizes([max(440, left - 30), width, max(300, right - width + 30)])
+        self.drawer.setFocus()
+
+    def _drawer_closed(self) -> None:
+        for card in self.cards.values():
+            card.set_selected(False)
 
     def _history_keys(self) -> list[tuple[str, str]]:
         """(series name, poller history key) for the chosen metric."""
@@ -217,6 +257,14 @@ class DashboardPage(Page):
         dialog.filesSelected.connect(self.start_replay)
         dialog.open()
         self._dialog = dialog  # keep a reference; tests find and drive it
+
+    def choose_replay_folder(self) -> None:
+        dialog = QFileDialog(self, "Replay a folder of npu-smi captures")
+        dialog.setFileMode(QFileDialog.Directory)
+        dialog.setOption(QFileDialog.ShowDirsOnly, True)
+        dialog.fileSelected.connect(lambda path: self.start_replay([path]))
+        dialog.open()
+        self._dialog = dialog
 
     def start_replay(self, files) -> None:
         try:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
 
+from console.theme import repolish
 from console.widgets.basic import Badge, MetricBar, fmt_mb, fmt_num, muted
 
 _HEALTH_KIND = {"ok": "ok", "warning": "warn", "alarm": "warn", "general warning": "warn",
@@ -18,11 +19,15 @@ def health_kind(health: str | None) -> str:
 
 
 class DeviceCard(QFrame):
-    """Renders DeviceSnapshot (accelerators) or HostSnapshot (the CPU fallback)."""
+    """Renders DeviceSnapshot (accelerators) or HostSnapshot (the CPU fallback). A click on an
+    accelerator's card emits `clicked(key)` (the dashboard opens the chip's detail drawer)."""
+
+    clicked = Signal(str)
 
     def __init__(self, key: str, parent=None):
         super().__init__(parent)
         self.key = key
+        self.clickable = False
         self.setObjectName("DeviceCard")
         self.setProperty("card", True)
         self.setMinimumWidth(215)
@@ -59,7 +64,22 @@ class DeviceCard(QFrame):
         grid.setColumnStretch(1, 1)
         lay.addLayout(grid)
 
+    def mouseReleaseEvent(self, event) -> None:
+        if self.clickable and event.button() == Qt.LeftButton and self.rect().contains(
+                event.position().toPoint()):
+            self.clicked.emit(self.key)
+        super().mouseReleaseEvent(event)
+
+    def set_selected(self, selected: bool) -> None:
+        if bool(self.property("selected")) != selected:
+            self.setProperty("selected", selected)
+            repolish(self)
+
     def show_device(self, dev) -> None:
+        if not self.clickable:
+            self.clickable = True
+            self.setCursor(Qt.PointingHandCursor)
+            self.setToolTip("Click for this chip's details")
         self.title.setText(f"{dev.name}")
         sub = [dev.key]
         if dev.bus_id:

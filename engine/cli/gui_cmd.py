@@ -23,7 +23,8 @@ def register(subparsers) -> None:
                    help="a line for the status bar at start (`make run` says why it fell back "
                         "to the demo model)")
     p.add_argument("--replay", metavar="CAPTURE", nargs="+", default=[],
-                   help="show saved `npu-smi info` captures on the dashboard instead of live data")
+                   help="show saved `npu-smi info` captures (files, or folders with `info -t` "
+                        "sub-command captures too) on the dashboard instead of live data")
     p.add_argument("--screenshot-dir", metavar="DIR", default=None,
                    help="save a PNG of every page into DIR once the model is loaded, then exit")
     p.add_argument("--theme", choices=("dark", "light"), default=None)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(NO_DISPLAY, file=sys.stderr)
         return 2
     for f in args.replay:
-        if not os.path.isfile(f):
+        if not os.path.exists(f):
             raise CliError(f"replay capture not found: {f}")
     if args.model and not os.path.exists(args.model):
         raise CliError(f"model folder or file not found: {args.model}")
