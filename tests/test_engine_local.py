@@ -153,14 +153,21 @@ def test_stop_string_and_stop_token(engine):
     assert by_id.finish.stop_reason == stop_id and by_id.finish.finish_reason == "stop"
 
 
-def test_eos_ends_the_request_unless_ignored(engine):
-    eos = engine._variants["stories"].eos
-    p = SamplingParams(max_tokens=200, temperature=0.0)
+def test_eos_ends_the_request_unless_ignored(engine, monkeypatch):
+    # stories260K never samples its own EOS greedily within 400 tokens, so the test makes the
+    # 6th greedy token the model's end-of-sequence id: both branches then run, deterministically
+    p = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    full = engine.generate(GenerationRequest(prompt="Once upon a time", params=p), timeout=60)
+    eos_id = full.token_ids[5]
+    first = full.token_ids.index(eos_id)
+    monkeypatch.setattr(engine._variants["stories"], "eos", frozenset({eos_id}))
+    p = SamplingParams(max_tokens=24, temperature=0.0)
     res = engine.generate(GenerationRequest(prompt="Once upon a time", params=p), timeout=60)
-    if res.finish.finish_reason == "stop":
-        assert res.token_ids[-1] in eos
-    else:  # the story did not end within 200 tokens
-        assert res.finish.finish_reason == "length"
+    assert res.finish.finish_reason == "stop" and res.token_ids == full.token_ids[: first + 1]
+    p = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    past = engine.generate(GenerationRequest(prompt="Once upon a time", params=p), timeout=60)
+    assert past.finish.finish_reason == "length" and past.token_ids == full.token_ids
+    assert len(past.token_ids) == 24 and eos_id in past.token_ids
 
 
 def test_prefix_cache_hit_gives_the_same_tokens(engine, stories):

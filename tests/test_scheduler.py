@@ -131,11 +131,12 @@ def test_prefix_reuse_in_place_from_a_finished_slot():
     a = seq("a", 10)
     s.add(a)
     run(s, s.schedule())
+    a_slot = a.slot
     s.finish(a, "stop")
     b = Sequence("b", list(range(1, 11)) + [50, 51], SamplingParams(max_tokens=4))
     s.add(b)
     out = s.schedule()
-    assert b.slot == a_slot_of(out, b)
+    assert a_slot is not None and b.slot == a_slot_of(out, b) == a_slot  # a's slot, in place
     assert b.num_cached == 10 and b.copy_from is None
     assert (out.prefills[0].start, out.prefills[0].num_tokens) == (10, 2)
 
