@@ -206,6 +206,26 @@ def check_demo_model() -> Check:
     return Check("demo model", "ok", f"{report.summary()} at {DEMO_MODEL_DIR}")
 
 
+def check_gui_extra() -> Check:
+    """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
+    without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
+    from engine.cli.gui_cmd import GUI_MODULES, missing_gui_modules
+
+    missing = missing_gui_modules()
+    if missing:
+        return Check("gui extra", "info",
+                     f"not installed (no {', '.join(missing)}): a headless install; serve, "
+                     "generate, chat, smi, quantize, eval and bench work, `npu-console gui` "
+                     "does not", "pip install 'npu-console[gui]' for the desktop console")
+    dists = {"PySide6": ("PySide6-Essentials", "PySide6"), "pyqtgraph": ("pyqtgraph",),
+             "qasync": ("qasync",)}
+    found = []
+    for module in GUI_MODULES:
+        version = next((v for v in map(_version, dists[module]) if v), None)
+        found.append(f"{module} {version or '(version unknown)'}")
+    return Check("gui extra", "ok", ", ".join(found))
+
+
 def check_display() -> Check:
     if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
         return Check("display", "ok", "a display is available for the console")
@@ -229,6 +249,7 @@ def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
     checks.append(check_env())
     checks.append(check_disk(state_dir()))
     checks.append(check_demo_model())
+    checks.append(check_gui_extra())
     checks.append(check_display())
     return checks
 

@@ -37,6 +37,9 @@ DEFAULT_TORCH = "2.13.0"  # the release this project is developed and tested aga
 # Oldest server glibc for foreign targets: 2.28 = RHEL 8 / openEuler 20.03 / Kylin V10. No PySide6 in
 # our range has an aarch64 wheel below manylinux_2_31 (6.8.0.2; 6.11 needs 2.39), hence 2.31 there.
 DEFAULT_GLIBC = {"x86_64": "2.28", "aarch64": "2.31"}
+# Project extras every bundle carries besides the flavour's: the desktop console (PySide6 is an
+# optional extra since issue 25; a Qt-free server bundle is not built yet)
+BUNDLE_EXTRAS = ("gui",)
 # Files copied from packaging/ into every bundle (the two Python ones run on the server)
 BUNDLE_TOOLS = ("install.sh", "preflight.py", "ascend_pairs.py")
 
@@ -199,7 +202,7 @@ def build_project_wheel(plan: Plan, work: Path, verbose: bool) -> Path:
 def pip_collect_cmd(
     plan: Plan, project_wheel: Path, dest: Path, find_links: list[str], extra_index_urls: list[str]
 ) -> list[str]:
-    project = f"{project_wheel}[{','.join(plan.extras)}]" if plan.extras else str(project_wheel)
+    project = f"{project_wheel}[{','.join([*BUNDLE_EXTRAS, *plan.extras])}]"
     reqs = [project, plan.torch_req, *plan.extra_reqs]
     if plan.native:
         cmd = [sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest)]
@@ -296,7 +299,7 @@ def write_bundle_dir(plan: Plan, bundle: Path, wheels_dir: Path, version: str) -
     if doc.is_file():
         shutil.copy2(doc, bundle / "README.md")
 
-    project = f"npu-console[{','.join(plan.extras)}]" if plan.extras else "npu-console"
+    project = f"npu-console[{','.join([*BUNDLE_EXTRAS, *plan.extras])}]"
     requirements = [f"{project}=={version}", plan.torch_req, *plan.extra_reqs]
     (bundle / "requirements.txt").write_text("\n".join(requirements) + "\n")
     host = _host_glibc() if plan.native else None

@@ -35,3 +35,80 @@ def test_importing_the_engine_api_and_cli_loads_no_qt():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# A stand-in for an install without the `gui` extra: a meta-path finder that refuses the GUI's
+# modules, as if PySide6, pyqtgraph and qasync were not installed (the slow test in
+# tests/test_qt_free_install.py checks the real thing in a fresh venv).
+_NO_QT = (
+    "import sys, importlib.abc\n"
+    "class _NoQt(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('PySide6', 'pyqtgraph', 'qasync'):\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, _NoQt())\n"
+)
+
+
+def _headless(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _NO_QT + code], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=ENGINE.parent)
+
+
+def test_every_engine_module_imports_without_the_gui_extra():
+    """Nothing under engine/ needs Qt at import time, not just the entry points: every module
+    imports while PySide6 / pyqtgraph / qasync are absent."""
+    code = ("import importlib, pkgutil, engine\n"
+            "bad = []\n"
+            "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+            "    try:\n"
+            "        importlib.import_module(m.name)\n"
+            "    except ModuleNotFoundError as exc:\n"
+            "        if exc.name.split('.')[0] in ('PySide6', 'pyqtgraph', 'qasync'):\n"
+            "            bad.append(f'{m.name}: {exc.name}')\n"
+            f"bad += [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\n"
+            "n = sum(1 for m in sys.modules if m.startswith('engine.'))\n"
+            "print(bad, n); sys.exit(1 if bad or n < 100 else 0)\n")
+    res = _headless(code)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+
+
+def test_every_cli_command_but_gui_builds_and_answers_help_without_qt():
+    code = ("import contextlib, io, engine.cli.main as m\n"
+            "p = m.build_parser()\n"
+            "for cmd in m.COMMANDS:\n"
+            "    if cmd == 'gui':\n"
+            "        continue\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            m.main([cmd, '--help'])\n"
+            "        except SystemExit as exc:\n"
+            "            assert exc.code == 0, (cmd, exc.code)\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\n"
+            "print(bad); sys.exit(1 if bad else 0)\n")
+    res = _headless(code)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+
+
+def test_gui_without_the_extra_says_how_to_get_it_in_one_line():
+    res = _headless("import engine.cli.main as m; sys.exit(m.main(['gui']))")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "pip install 'npu-console[gui]'" in lines[0] and "PySide6" in lines[0]
+
+
+def test_doctor_reports_the_gui_extra():
+    res = _headless("import json, engine.doctor as d; c = d.check_gui_extra(); "
+                    "print(json.dumps([c.status, c.detail, c.fix]))")
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    status, detail, fix = json.loads(res.stdout)
+    assert status == "info" and "not installed" in detail and "npu-console[gui]" in fix
+    from engine.doctor import check_gui_extra
+
+    here = check_gui_extra()  # this venv has the extra (make installs .[gui,dev])
+    assert here.status == "ok" and "PySide6 6." in here.detail, here

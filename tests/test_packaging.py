@@ -79,7 +79,7 @@ def test_ascend_plan_pins_the_paired_torch_and_foreign_platform_tags():
     assert (
         cmd[cmd.index("--python-version") + 1] == "3.11" and cmd[cmd.index("--abi") + 1] == "cp311"
     )
-    assert cmd[-3:] == ["p.whl[npu]", "torch==2.12.0", "torch-npu==2.12.0"]
+    assert cmd[-3:] == ["p.whl[gui,npu]", "torch==2.12.0", "torch-npu==2.12.0"]
 
 
 def test_x86_plans_use_the_cpu_torch_build_except_cuda():

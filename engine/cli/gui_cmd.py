@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+
+# what the `gui` extra installs (pyproject.toml): the console needs all three
+GUI_MODULES = ("PySide6", "pyqtgraph", "qasync")
+NO_GUI_EXTRA = ("npu-console gui: the desktop console is not installed here (no {missing}): "
+                "pip install 'npu-console[gui]' (a checkout: pip install -e '.[gui]'); "
+                "serve, generate, chat, smi, quantize, eval and bench work without it")
 
 NO_DISPLAY = """\
 npu-console gui: no display found (DISPLAY and WAYLAND_DISPLAY are unset).
@@ -31,6 +38,19 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def missing_gui_modules() -> list[str]:
+    """The GUI extra's modules that cannot be imported here (found, not imported: no Qt load)."""
+    missing = []
+    for name in GUI_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def has_display(env=os.environ) -> bool:
     if env.get("QT_QPA_PLATFORM"):
         return True  # the user chose a platform plugin (offscreen, xcb, wayland, ...)
@@ -40,6 +60,10 @@ def has_display(env=os.environ) -> bool:
 def run(args: argparse.Namespace) -> int:
     from engine.cli.main import CliError
 
+    missing = missing_gui_modules()
+    if missing:
+        print(NO_GUI_EXTRA.format(missing=", ".join(missing)), file=sys.stderr)
+        return 2
     if not has_display():
         print(NO_DISPLAY, file=sys.stderr)
         return 2
