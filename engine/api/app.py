@@ -21,6 +21,8 @@ from engine.api.middleware import (
 from engine.api.request_log import RequestLog
 from engine.api.routes_misc import router as misc_router
 from engine.api.routes_openai import router as openai_router
+from engine.api.routes_telemetry import TelemetryStreams
+from engine.api.routes_telemetry import router as telemetry_router
 from engine.api.settings import ApiSettings
 from engine.runtime.types import EngineClient
 
@@ -30,7 +32,7 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
     """The OpenAI-compatible app over `engine`.
 
     `request_log` lets a caller (the GUI's server page) keep one log across restarts;
-    `telemetry_poller` adds device metrics to /metrics.
+    `telemetry_poller` adds device metrics to /metrics and serves /v1/telemetry(/stream).
     """
     settings = settings or ApiSettings()
     settings.check_safe()
@@ -41,9 +43,12 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
                   description="OpenAI-compatible API of the NPU Console engine")
     app.state.ctx = ctx
     app.state.metrics = ApiMetrics(ctx, telemetry_poller)
+    app.state.telemetry_poller = telemetry_poller
+    app.state.telemetry_streams = TelemetryStreams()
     install_error_handlers(app)
     app.include_router(openai_router)
     app.include_router(misc_router)
+    app.include_router(telemetry_router)
     # added innermost first: CORS (outermost) answers preflights before auth, the log sees
     # every answer including 400 (foreign Host), 401 and 413, auth runs before a body is
     # read, and a full queue answers 429 before any parsing

@@ -172,6 +172,8 @@ class ServerController:
             if server is None or thread is None:
                 return
             server.should_exit = True
+            # telemetry streams never end on their own: end them now, not after the grace
+            self._app.state.telemetry_streams.close_all()
             thread.join(max(0.0, grace_s))
             if thread.is_alive():
                 cancelled = self._app.state.ctx.cancel_all()

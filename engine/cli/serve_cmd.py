@@ -10,6 +10,7 @@ import threading
 
 from engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
 from engine.cli.errors import CliError
+from engine.cli.serve_telemetry import add_telemetry_args, check_telemetry_args, start_poller
 
 API_KEY_ENV = "NPU_CONSOLE_API_KEY"
 
@@ -68,6 +69,7 @@ def register(sub) -> None:
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                    help="answer 408 to a request body that stalls this long (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_telemetry_args(p)
     p.set_defaults(func=run)
 
 
@@ -86,6 +88,7 @@ def _check_args(args) -> None:
         raise CliError("--grace must not be negative")
     if args.stream_interval_ms < 0:
         raise CliError("--stream-interval-ms must not be negative")
+    check_telemetry_args(args)
     try:
         ApiSettings(host=args.host, port=args.port, api_key=args.api_key,
                     cors_origins=parse_origins(args.cors),
@@ -122,6 +125,7 @@ def run(args) -> int:
     if args.threads:
         config.num_threads = args.threads
     engine = LocalEngine(config)
+    poller = None
     try:
         name = args.name or loaded.name
         try:
@@ -137,7 +141,8 @@ def run(args) -> int:
         # (a full collection over torch and transformers stalls every request for ~1 s)
         gc.collect()
         gc.freeze()
-        controller = ServerController(engine)
+        poller = start_poller(args, engine)
+        controller = ServerController(engine, telemetry_poller=poller)
         try:
             url = controller.start(args.host, args.port, api_key=args.api_key,
                                    cors_origins=parse_origins(args.cors),
@@ -158,6 +163,8 @@ def run(args) -> int:
         print("stopping: letting open streams finish", file=sys.stderr, flush=True)
         controller.stop(grace_s=args.grace)
     finally:
+        if poller is not None:
+            poller.close()
         engine.shutdown()
     print("stopped", file=sys.stderr, flush=True)
     return 0

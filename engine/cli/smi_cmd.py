@@ -2,7 +2,7 @@
 
 npu-console smi                       live table, refreshed every --interval seconds
 npu-console smi --once                one snapshot
-npu-console smi --replay A.txt B.txt  play saved `npu-smi info` captures (cycled)
+npu-console smi --replay A.txt B.txt  play saved `npu-smi info` captures (files or folders, cycled)
 npu-console smi --input A.txt --json  parse one capture, print it as JSON
 npu-console smi --input DIR --json    parse a capture folder: its tables, each chip with the
                                       details its `info -t` sub-command captures give
@@ -10,7 +10,6 @@ npu-console smi --input DIR --json    parse a capture folder: its tables, each c
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -42,7 +41,8 @@ def register(subparsers) -> None:
         metavar="N",
         help="stop after N refreshes (default: run until Ctrl-C)",
     )
-    p.add_argument("--replay", nargs="+", metavar="FILE", help="replay saved npu-smi captures")
+    p.add_argument("--replay", nargs="+", metavar="CAPTURE",
+                   help="replay saved npu-smi captures (files, or capture folders)")
     p.add_argument(
         "--input",
         metavar="FILE|DIR",
@@ -114,8 +114,8 @@ def _run(args) -> int:
 
     if args.replay:
         for f in args.replay:
-            if not Path(f).is_file():
-                _fail(f"no such file: {f}")
+            if not Path(f).exists():
+                _fail(f"no such file or folder: {f}")
         source = make_provider("replay", replay_files=args.replay)
     else:
         source = make_provider(args.source, npu_smi_path=args.npu_smi, timeout_s=args.timeout)
@@ -125,7 +125,9 @@ def _run(args) -> int:
         if args.once:
             snap = poller.poll_once()
             if args.json:
-                print(json.dumps(_snapshot_json(snap), indent=2))
+                from engine.telemetry.snapshot_json import snapshot_json
+
+                print(json.dumps(snapshot_json(snap, poller.active_alerts()), indent=2))
             else:
                 print(render(snap, poller, color=color))
             return 0
@@ -190,12 +192,6 @@ def _run_folder(args) -> int:
     finally:
         poller.close()
     return 0
-
-
-def _snapshot_json(snap) -> dict:
-    data = dataclasses.asdict(snap)
-    data.pop("raw", None)
-    return data
 
 
 # ----------------------------------------------------------------------------- rendering
