@@ -22,7 +22,16 @@ def register(sub) -> None:
     p.add_argument("--preset", default="all", help=f"layer preset: {', '.join(PRESETS)}")
     p.add_argument("--group-size", type=int, default=0, help="w8a16 per-group scales (0 = per channel)")
     p.add_argument("--calib", default=None, metavar="FILE",
-                   help=".txt or .jsonl ({\"text\": ...}); default: the shipped calibration set")
+                   help=".txt or .jsonl ({\"text\": ...}); default: text the model generates "
+                        "itself (--recipe plain: the shipped calibration set)")
+    p.add_argument("--recipe", default="auto", choices=["auto", "plain"],
+                   help="auto (default): per-layer SmoothQuant and clipping searched on "
+                        "calibration data, error-compensating rounding, the most sensitive "
+                        "layers kept float; plain: one alpha, min-max ranges, nearest rounding")
+    p.add_argument("--budget", type=float, default=None, metavar="PCT",
+                   help="keep the most sensitive layers float until the perplexity increase "
+                        "is within PCT %% (measured on --eval-data, else on the calibration "
+                        "text), or say why it cannot")
     p.add_argument("--samples", type=int, default=64, help="calibration samples (default 64)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per calibration sample")
     p.add_argument("--int8-head", action="store_true",
@@ -36,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--report", default=None, metavar="FILE",
                    help="also evaluate float vs quantized and write a report (.md and .json)")
     p.add_argument("--eval-data", default=None, metavar="FILE",
-                   help="held-out text for the report's perplexity (default: the calibration text)")
+                   help="held-out text: --budget and the JSON's perplexity_change_pct are "
+                        "measured on it, and the report's perplexity (default: calibration text)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -69,7 +79,8 @@ def run(args) -> int:
                           smoothquant=args.smoothquant, group_size=args.group_size,
                           calib_file=args.calib, samples=args.samples, seq_len=args.seq_len,
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
-                          int8_head=args.int8_head)
+                          int8_head=args.int8_head, recipe=args.recipe,
+                          budget_pct=args.budget, eval_file=args.eval_data)
     cancel = threading.Event()
     try:
         result = run_quantize(req, progress=_StderrProgress(), cancel=cancel)
@@ -84,6 +95,7 @@ def run(args) -> int:
     print(f"{info.method}: {len(info.quantized)} layers int8, {len(info.skipped)} float; "
           f"{result.float_weight_bytes / 2**20:.1f} MiB -> {result.quant_weight_bytes / 2**20:.1f}"
           f" MiB; wrote {result.out_dir} ({result.fmt}) in {result.seconds:.1f}s", file=sys.stderr)
+    _print_recipe(result)
     if args.report:
         from engine.quant.report import compare_and_write
 
@@ -93,3 +105,19 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
     return 0
+
+
+def _print_recipe(result) -> None:
+    """Calibration, int8 share, layers kept float and the budget verdict, on stderr."""
+    if result.calibration:
+        print(f"calibration: {result.calibration}", file=sys.stderr)
+    print(f"int8 share of linear weights: {result.int8_weight_fraction:.1%}", file=sys.stderr)
+    for name, why in result.kept_float.items():
+        print(f"  kept float: {name} ({why})", file=sys.stderr)
+    if result.perplexity_change_pct is not None:
+        print(f"perplexity {result.float_perplexity:.4f} -> {result.quant_perplexity:.4f} "
+              f"({result.perplexity_change_pct:+.2f} %)", file=sys.stderr)
+    budget = result.budget
+    if budget is not None and not budget.get("met"):
+        print(f"budget of {budget['budget_pct']:g} % not met: {budget.get('why', '')}",
+              file=sys.stderr)

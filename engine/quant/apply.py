@@ -38,13 +38,19 @@ def set_module(model: Any, name: str, new: torch.nn.Module) -> None:
 
 def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] | None = None,
                    progress: Progress | None = None,
-                   cancel: threading.Event | None = None) -> QuantInfo:
+                   cancel: threading.Event | None = None, recipe: Any = None) -> QuantInfo:
     """Quantize the selected layers (SmoothQuant first when configured). `stats` must come from
-    calibration when config.needs_calibration."""
+    calibration when config.needs_calibration. A searched `recipe` (engine.quant.recipe)
+    replaces the global SmoothQuant alpha with its per-input alphas, clips static input
+    ranges and keeps its `keep_float` layers float; its stats are the sink-free ones."""
     from engine.quant.smooth import smooth_model
 
     sel = select_layers(model, config)
-    if config.needs_calibration and not stats:
+    candidates = set(sel.quantize)  # smoothing covers layers kept float too (exact in float)
+    if recipe is not None and recipe.keep_float:
+        sel = type(sel)([n for n in sel.quantize if n not in recipe.keep_float],
+                        sel.skipped + [n for n in sel.quantize if n in recipe.keep_float])
+    if (config.needs_calibration or recipe is not None) and not stats:
         raise QuantError(f"{config.method} with these options needs calibration statistics")
     if getattr(model, "npu_quant", None) is not None:
         raise QuantError("the model is already quantized")
@@ -55,7 +61,11 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
             raise QuantError(f"in_features of {bad[0]} is not a multiple of group size "
                              f"{config.group_size}")
     smoothed = []
-    if config.smoothquant is not None:
+    factors: dict = {}
+    if recipe is not None:
+        smoothed = [g.producer for g in smooth_model(model, stats, recipe.alphas,
+                                                     candidates, record=factors)]
+    elif config.smoothquant is not None:
         groups = smooth_model(model, stats, config.smoothquant, set(sel.quantize))
         if not groups:
             raise QuantError("SmoothQuant found no norm/linear pairs to fold into in this model "
@@ -70,9 +80,12 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
         if config.method == "w8a8-static":
             if name not in stats:
                 raise QuantError(f"no calibration data reached {name}")
-            input_scale = max(stats[name].tensor_absmax, 1e-8) / 127.0
+            clip = recipe.clips.get(name, 1.0) if recipe is not None else 1.0
+            input_scale = max(clip * stats[name].tensor_absmax, 1e-8) / 127.0
+        rounded = (recipe.rounded_weight(name, lin.weight, factors)
+                   if recipe is not None and not config.group_size else None)
         set_module(model, name, QuantLinear.from_linear(lin, config.method, config.group_size,
-                                                        input_scale))
+                                                        input_scale, rounded))
         if progress:
             progress("quantize", i + 1, total)
     head = quantize_head(model) if config.int8_head else None

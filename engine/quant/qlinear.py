@@ -60,11 +60,14 @@ class QuantLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, method: str, group_size: int = 0,
-                    input_scale: float | None = None) -> QuantLinear:
+                    input_scale: float | None = None,
+                    rounded: tuple[torch.Tensor, torch.Tensor] | None = None) -> QuantLinear:
+        """`rounded`: (int8 weight, scales) already computed (error-compensated rounding,
+        engine.quant.gptq) instead of rounding to nearest here."""
         w = linear.weight.detach()
         mod = cls(linear.in_features, linear.out_features, method, bias=linear.bias is not None,
                   group_size=group_size, dtype=w.dtype)
-        q, s = qmath.quantize_weight(w, group_size)
+        q, s = rounded if rounded is not None else qmath.quantize_weight(w, group_size)
         mod.weight.copy_(q)
         mod.weight_scale.copy_(s)
         if linear.bias is not None:

@@ -67,14 +67,20 @@ def _norm_is_foldable(norm: Any) -> bool:
 
 
 @torch.no_grad()
-def smooth_model(model: Any, stats: dict[str, ActStats], alpha: float,
-                 quantized: set[str]) -> list[SmoothGroup]:
+def smooth_model(model: Any, stats: dict[str, ActStats], alpha: float | dict[str, float],
+                 quantized: set[str],
+                 record: dict[str, torch.Tensor] | None = None) -> list[SmoothGroup]:
     """Smooth every group with at least one quantized consumer; updates `stats` in place so
-    they describe the smoothed activations. Returns the groups that were smoothed."""
+    they describe the smoothed activations. Returns the groups that were smoothed. `alpha`
+    is one strength for all, or one per producer (producers not in the dict stay as they are,
+    as searched by engine.quant.search). `record` receives each producer's factors s."""
     mods = dict(model.named_modules())
     done = []
     for g in find_groups(model):
         if not any(c in quantized for c in g.consumers) or g.consumers[0] not in stats:
+            continue
+        a = alpha.get(g.producer) if isinstance(alpha, dict) else alpha
+        if a is None:
             continue
         producer = mods[g.producer]
         if g.kind == "norm" and not _norm_is_foldable(producer):
@@ -82,7 +88,9 @@ def smooth_model(model: Any, stats: dict[str, ActStats], alpha: float,
         x_max = stats[g.consumers[0]].absmax.clamp_min(1e-5)
         w_max = torch.stack([mods[c].weight.detach().abs().amax(0).float().cpu()
                              for c in g.consumers]).amax(0).clamp_min(1e-5)
-        s = (x_max.pow(alpha) / w_max.pow(1 - alpha)).clamp_min(1e-5)
+        s = (x_max.pow(a) / w_max.pow(1 - a)).clamp_min(1e-5)
+        if record is not None:
+            record[g.producer] = s
         dev = producer.weight.device
         s_dev = s.to(dev)
         if g.kind == "norm":

@@ -1,0 +1,129 @@
+"""Calibration text the model writes itself: sampled continuations of BOS and of a few neutral
+chat prompts. A model's own text matches its own distribution (language, style, chat format)
+better than any fixed file, and needs no data set. Token ids are cached per model folder, so
+a second quantization of the same model skips the generation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.quant.calib import Cancelled, Progress
+
+# neutral requests: no domain, no language other than the one the model answers in
+PROMPTS = ("Tell me about something you find interesting.",
+           "Write a short story.",
+           "Explain how something in everyday life works.",
+           "Describe a place you know well.")
+VERSION = 1  # bump when the sampling changes, so cached samples are not reused
+
+
+@dataclass(frozen=True)
+class SelfCalibration:
+    samples: list[torch.Tensor]  # (1, T) token ids each, prompt included
+    prompt_lens: list[int]  # tokens of each sample that came from the prompt
+    description: str
+    cached: bool = False
+
+
+def _starts(tokenizer: Any, n: int) -> list[list[int]]:
+    """n prompts: every other one BOS alone (free text), the rest a neutral chat request."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    free = [bos] if bos is not None else tokenizer("The", add_special_tokens=False)["input_ids"]
+    chats = []
+    if getattr(tokenizer, "chat_template", None):
+        for p in PROMPTS:
+            try:
+                ids = tokenizer.apply_chat_template([{"role": "user", "content": p}],
+                                                    add_generation_prompt=True, tokenize=True)
+            except Exception:  # noqa: BLE001 - a template that wants other roles: free text only
+                chats = []
+                break
+            if hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
+                ids = ids["input_ids"]
+            chats.append(list(ids))
+    return [chats[(i // 2) % len(chats)] if chats and i % 2 else list(free) for i in range(n)]
+
+
+def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Path:
+    from engine.paths import cache_dir
+
+    p = Path(model_dir).resolve()
+    weights = sorted(f for f in (p.iterdir() if p.is_dir() else [p])
+                     if f.suffix in (".safetensors", ".bin", ".gguf", ".json"))
+    ident = [str(p), VERSION, n, new_tokens, seed,
+             [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in weights]]
+    key = hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:16]
+    return cache_dir() / "selfcalib" / f"{p.name}-{key}.json"
+
+
+def _describe(n: int, new_tokens: int, seed: int) -> str:
+    return (f"self-generated: {n} samples of {new_tokens} tokens sampled from the model "
+            f"(BOS and {len(PROMPTS)} neutral prompts, temperature 1, top-p 0.95, seed {seed})")
+
+
+@torch.inference_mode()
+def _sample(model: Any, starts: list[list[int]], new_tokens: int, seed: int,
+            progress: Progress | None, cancel: threading.Event | None) -> list[list[int]]:
+    """Batched top-p sampling with the model's KV cache; prompts left-padded."""
+    gen = torch.Generator().manual_seed(seed)
+    width = max(len(s) for s in starts)
+    dev = next(model.parameters()).device
+    ids = torch.tensor([[0] * (width - len(s)) + s for s in starts], device=dev)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in starts], device=dev)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    out = [list(s) for s in starts]
+    cache, step_in = None, ids
+    for t in range(new_tokens):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        res = model(input_ids=step_in, attention_mask=mask, position_ids=pos,
+                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = res.past_key_values
+        probs = torch.softmax(res.logits[:, -1].float().cpu(), -1)
+        sp, si = probs.sort(-1, descending=True)
+        sp[(sp.cumsum(-1) - sp) > 0.95] = 0.0  # top-p: keep the smallest set above 0.95
+        nxt = si.gather(-1, torch.multinomial(sp, 1, generator=gen))
+        for row, tok in zip(out, nxt[:, 0].tolist()):
+            row.append(tok)
+        step_in = nxt.to(dev)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        pos = pos[:, -1:] + 1
+        if progress:
+            progress("generate calibration", t + 1, new_tokens)
+    return out
+
+
+def self_calibration(model: Any, tokenizer: Any, n: int = 16, new_tokens: int = 128,
+                     seed: int = 0, model_dir: str | Path | None = None,
+                     progress: Progress | None = None,
+                     cancel: threading.Event | None = None) -> SelfCalibration:
+    """n samples of `new_tokens` sampled tokens each (after their prompt); cached under the
+    cache dir when `model_dir` names the model's files."""
+    desc = _describe(n, new_tokens, seed)
+    path = _cache_path(model_dir, n, new_tokens, seed) if model_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return SelfCalibration([torch.tensor([r]) for r in data["samples"]],
+                                   data["prompt_lens"], desc, cached=True)
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged cache file: generate again
+    starts = _starts(tokenizer, n)
+    rows = _sample(model, starts, new_tokens, seed, progress, cancel)
+    lens = [len(s) for s in starts]
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"samples": rows, "prompt_lens": lens}), encoding="utf-8")
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache only costs the next run the generation
+    return SelfCalibration([torch.tensor([r]) for r in rows], lens, desc)

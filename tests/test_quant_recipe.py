@@ -1,0 +1,104 @@
+"""The searched ("auto") recipe: error-compensating rounding, the per-input search, the model's
+own calibration text, mixed precision to a budget, and bit-exact exports of its results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fakes.stories_text import load_float, sampled_ids
+
+from engine.quant import gptq, io, mixed, qmath
+from engine.quant.auto import run_auto
+from engine.quant.config import QuantConfig
+from engine.quant.search import search_input
+
+
+def _correlated_inputs(n=512, k=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, 8, generator=g)
+    return base @ torch.randn(8, k, generator=g) + 0.1 * torch.randn(n, k, generator=g)
+
+
+def test_gptq_rounding_beats_nearest_on_the_calibration_inputs():
+    x = _correlated_inputs()
+    w = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+    q, s = gptq.round_weight(w, x.t() @ x)
+    qn, sn = qmath.quantize_weight(w)
+    assert q.dtype == torch.int8 and torch.equal(s, sn)  # same scales: any reader loads it
+    err = (x @ (qmath.dequantize_weight(q, s) - w).t()).pow(2).sum()
+    err_nearest = (x @ (qmath.dequantize_weight(qn, sn) - w).t()).pow(2).sum()
+    assert err < 0.5 * err_nearest
+
+
+def test_search_smooths_an_outlier_channel_and_reports_the_gain():
+    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(2))
+    x[:, 3] *= 60.0  # one outlier channel, as in real down_proj inputs
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(3))
+    ch = search_input(x, x[:0], [w], x.abs().amax(0), "w8a8-dynamic", smoothable=True)
+    assert ch.alpha is not None
+    assert ch.error < 0.5 * ch.error_plain
+    st = search_input(x, x[:0], [w], x.abs().amax(0), "w8a8-static", smoothable=False)
+    assert st.alpha is None and 0 < st.clip <= 1.0
+
+
+def test_self_calibration_is_seeded_and_cached(stories_dir, tmp_path, monkeypatch):
+    from engine.quant.selfcalib import self_calibration
+
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
+    model, tok = load_float(stories_dir)
+    a = self_calibration(model, tok, n=3, new_tokens=12, model_dir=stories_dir)
+    b = self_calibration(model, tok, n=3, new_tokens=12, model_dir=stories_dir)
+    assert not a.cached and b.cached
+    assert [s.tolist() for s in a.samples] == [s.tolist() for s in b.samples]
+    assert all(s.shape[1] == p + 12 for s, p in zip(a.samples, a.prompt_lens))
+    assert "self-generated" in a.description
+
+
+@pytest.fixture(scope="module")
+def cal(stories_dir):
+    return [r.unsqueeze(0) for r in sampled_ids(str(stories_dir), 2, 8, 64)]
+
+
+@pytest.mark.parametrize("method,formats", [
+    ("w8a8-dynamic", ("native", "compressed-tensors", "msmodelslim")),
+    ("w8a8-static", ("native", "compressed-tensors", "msmodelslim")),
+    ("w8a16", ("native", "msmodelslim")),
+])
+def test_auto_recipe_exports_load_back_bit_exactly(stories_dir, tmp_path, cal, method, formats):
+    model, tok = load_float(stories_dir)
+    res = run_auto(model, tok, QuantConfig(method=method), cal, "test samples")
+    assert res.info.config["recipe"]["calibration"] == "test samples"
+    assert 0.85 <= res.int8_weight_fraction <= 1.0
+    probe = sampled_ids(str(stories_dir), 3, 2, 40)
+    with torch.inference_mode():
+        ref = model(input_ids=probe).logits
+    for fmt in formats:
+        out = io.export(model, tmp_path / fmt, fmt, source_dir=stories_dir)
+        back = io.load_quantized_model(out)
+        assert sorted(back.npu_quant.quantized) == sorted(model.npu_quant.quantized)
+        with torch.inference_mode():
+            got = back(input_ids=probe).logits
+        assert torch.equal(ref, got), f"{fmt}: {(ref - got).abs().max()}"
+
+
+def test_budget_keeps_layers_float_until_met_or_says_why(stories_dir, cal):
+    model, tok = load_float(stories_dir)
+    res = run_auto(model, tok, QuantConfig(method="w8a8-static"), cal, "test samples",
+                   budget_pct=0.5)
+    b = res.budget
+    assert b is not None and b["evaluations"] >= 1
+    if b["met"]:
+        assert res.perplexity_change_pct <= 0.5 + 1e-9
+    else:
+        assert "still" in b["why"] and res.int8_weight_fraction >= mixed.MIN_INT8_FRACTION
+    for name, why in res.kept_float.items():
+        assert name in model.npu_quant.skipped and "budget" in why
+    assert res.int8_weight_fraction >= mixed.MIN_INT8_FRACTION
+
+
+def test_impossible_budget_says_why(stories_dir, cal):
+    model, tok = load_float(stories_dir)
+    res = run_auto(model, tok, QuantConfig(method="w8a8-static"), cal, "test samples",
+                   budget_pct=1e-6)
+    if not res.budget["met"]:  # a tiny model can land exactly on float perplexity
+        assert "floor" in res.budget["why"]
