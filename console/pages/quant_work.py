@@ -36,7 +36,7 @@ class QuantPlan:
     preset: str = "all"  # one of engine.quant.config.PRESETS, or "custom" (= all + skip)
     skip: tuple[str, ...] = ()
     smoothquant: float | None = None
-    calib_file: str | None = None  # None: the shipped calibration text
+    calib_file: str | None = None  # None: text the model writes itself (engine.quant.selfcalib)
     samples: int = 64
     seq_len: int = 256
     budget_pct: float = 2.0  # allowed perplexity increase for the verdict
@@ -44,6 +44,9 @@ class QuantPlan:
     eval_prompts: int = 4
     new_tokens: int = 24
     int8_head: bool = False  # lm_head and embeddings in int8 too
+    # keep the most sensitive layers float until the measured loss is within budget_pct
+    # (engine.quant.mixed.fit_budget, as `quantize --budget`)
+    fit_budget: bool = False
 
     @property
     def engine_preset(self) -> str:
@@ -51,7 +54,7 @@ class QuantPlan:
 
     @property
     def needs_calibration(self) -> bool:
-        return self.method == "w8a8-static" or self.smoothquant is not None
+        return True  # the auto recipe calibrates every method (GPTQ rounding for w8a16 too)
 
     def key(self) -> str:
         """Identity of the measured combination (budget and display name do not change it)."""
@@ -61,9 +64,12 @@ class QuantPlan:
                  "calib": (self.calib_file or "shipped") if self.needs_calibration else None,
                  "samples": self.samples if self.needs_calibration else None,
                  "seq_len": self.seq_len if self.needs_calibration else None,
-                 "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens]}
+                 "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens],
+                 "recipe": "auto"}
         if self.int8_head:  # only when set, so that earlier runs keep their keys
             ident["int8_head"] = True
+        if self.fit_budget:
+            ident["fit_budget"] = self.budget_pct
         return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
     def describe(self) -> str:
@@ -75,6 +81,8 @@ class QuantPlan:
             parts.append("skip " + ", ".join(self.skip))
         if self.int8_head:
             parts.append("int8 lm_head + embeddings")
+        if self.fit_budget:
+            parts.append(f"float layers as needed for {self.budget_pct:g}%")
         return " · ".join(parts)
 
 
@@ -105,6 +113,10 @@ class QuantRun:
     float: VariantMeasure
     quant: VariantMeasure
     eval_source: str
+    calibration: str = ""  # which calibration text was used ("" in runs saved before)
+    kept_float: dict = field(default_factory=dict)  # layer -> why it stayed float
+    int8_weight_fraction: float | None = None  # of the linear layers' weights
+    budget_note: str = ""  # why a budget could not be met
 
     @property
     def ppl_delta_pct(self) -> float:
@@ -174,7 +186,9 @@ def run_plan(plan: QuantPlan, report: Report, cancel, out_dir: str | Path | None
                           fmt="native", preset=plan.engine_preset, skip=tuple(plan.skip),
                           smoothquant=plan.smoothquant, calib_file=plan.calib_file,
                           samples=plan.samples, seq_len=plan.seq_len, overwrite=True,
-                          int8_head=plan.int8_head)
+                          int8_head=plan.int8_head,
+                          budget_pct=plan.budget_pct if plan.fit_budget else None,
+                          eval_file=str(eval_file(plan)) if plan.fit_budget else None)
     t0 = time.perf_counter()
     result = run_quantize(req, progress=_stage(report, 0.0, 0.55), cancel=cancel)
     try:
@@ -190,7 +204,48 @@ def run_plan(plan: QuantPlan, report: Report, cancel, out_dir: str | Path | None
                     fmt="native", seconds=time.perf_counter() - t0,
                     quantized_layers=len(result.info.quantized),
                     skipped_layers=len(result.info.skipped), calib_samples=result.calib_samples,
-                    float=fl, quant=qu, eval_source=source)
+                    float=fl, quant=qu, eval_source=source,
+                    calibration=result.calibration or "none (weights only)",
+                    kept_float=dict(result.kept_float),
+                    int8_weight_fraction=result.int8_weight_fraction,
+                    budget_note=(result.budget or {}).get("why", ""))
+
+
+def verdict(run: QuantRun, budget_pct: float) -> tuple[bool, str]:
+    """(within budget, one paragraph) for the wizard: perplexity against the budget, the int8
+    share of linear weights, the layers kept float and the calibration used."""
+    share = ("" if run.int8_weight_fraction is None
+             else f"{run.int8_weight_fraction:.1%} of linear weights int8")
+    kept = (f"{len(run.kept_float)} sensitive layer(s) kept float" if run.kept_float
+            else "no layer kept float for quality")
+    facts = " · ".join(x for x in (share, kept, run.calibration and
+                                   f"calibration: {run.calibration}") if x)
+    if run.within(budget_pct):
+        return True, (f"Perplexity {run.ppl_delta_pct:+.2f}% vs float (budget {budget_pct:g}%)"
+                      f", agreement {_agreement_text(run.quant)}, weights "
+                      f"{run.quant.memory_bytes / max(run.float.memory_bytes, 1):.0%} of float."
+                      f" {facts}.")
+    why = run.budget_note or ("turn on \"keep sensitive layers float to meet the budget\", "
+                              "skip layers (step 4) or try W8A16")
+    return False, (f"Perplexity {run.ppl_delta_pct:+.2f}% vs float exceeds the {budget_pct:g}% "
+                   f"budget ({facts}): {why}.")
+
+
+def _agreement_text(q: VariantMeasure) -> str:
+    text = f"{100 * (q.greedy_agreement or 0):.0f}% greedy"
+    if q.top1_agreement is not None:
+        text += f" · {100 * q.top1_agreement:.0f}% top-1"
+    return text
+
+
+def recipe_rows(run: QuantRun) -> list[tuple[str, str, str]]:
+    """Extra rows of the float-vs-INT8 table: int8 share, layers kept float, calibration."""
+    share = ("—" if run.int8_weight_fraction is None
+             else f"{run.int8_weight_fraction:.1%}")
+    kept = f"{len(run.kept_float)}" + (f" (+{run.skipped_layers - len(run.kept_float)} by "
+                                       "preset/skip)" if run.skipped_layers > len(run.kept_float)
+                                       else "")
+    return [("0%", share, ""), ("all", kept, ""), ("—", run.calibration or "—", "")]
 
 
 def _now() -> str:

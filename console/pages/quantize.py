@@ -45,8 +45,10 @@ from console.pages.quant_work import (
     SensitivityResult,
     calib_summary,
     export_run,
+    recipe_rows,
     run_plan,
     run_sensitivity,
+    verdict,
 )
 from console.widgets.bars import BarChart, radio_style
 from console.widgets.basic import Badge, card, fmt_bytes, muted, page_title
@@ -62,14 +64,6 @@ def _cancel_types():
     from engine.quant.calib import Cancelled
 
     return (Cancelled, LoadCancelled)
-
-
-def _agreement(q) -> str:
-    """Free-running greedy and (when measured) teacher-forced top-1 agreement, in percent."""
-    text = f"{100 * (q.greedy_agreement or 0):.0f}% greedy"
-    if q.top1_agreement is not None:
-        text += f" · {100 * q.top1_agreement:.0f}% top-1"
-    return text
 
 
 def _title(text: str) -> QLabel:
@@ -260,7 +254,7 @@ class QuantizePage(Page):
         self.calib_note = muted("")
         self.calib_note.setWordWrap(True)
         lay.addWidget(self.calib_note)
-        self.calib_builtin = QRadioButton("Built-in text (assets/calib)")
+        self.calib_builtin = QRadioButton("Text the model writes itself (sampled once, then cached)")
         self.calib_file_radio = QRadioButton("A file (.txt paragraphs or .jsonl {\"text\": …})")
         self.calib_builtin.setChecked(True)
         lay.addWidget(self.calib_builtin)
@@ -316,6 +310,13 @@ class QuantizePage(Page):
         self.budget.setValue(2.0)
         self.budget.valueChanged.connect(self._options_changed)
         form.addRow("Quality budget", self.budget)
+        self.fit_check = QCheckBox("Keep sensitive layers float to meet the budget")
+        self.fit_check.setToolTip(
+            "While quantizing, measure perplexity and put the layers with the largest output "
+            "error back to float until the loss is within the budget (at least 85% of linear "
+            "weights stay int8), as `npu-console quantize --budget`")
+        self.fit_check.toggled.connect(self._options_changed)
+        form.addRow("", self.fit_check)
         lv.addLayout(form)
         self.sens_btn = QPushButton("Analyse sensitivity")
         self.sens_btn.clicked.connect(self.start_sensitivity)
@@ -378,11 +379,13 @@ class QuantizePage(Page):
         vrow.addWidget(self.verdict_badge)
         vrow.addWidget(self.verdict, 1)
         rv.addLayout(vrow)
-        self.table = QTableWidget(7, 3)
+        self.table = QTableWidget(10, 3)
         self.table.setHorizontalHeaderLabels(["Float", "INT8", "Change"])
         self.table.setVerticalHeaderLabels(["Size on disk", "Memory (weights)", "TTFT",
                                             "Decode tok/s (batch 1)", "Perplexity",
-                                            "Greedy agreement", "Top-1 agreement"])
+                                            "Greedy agreement", "Top-1 agreement",
+                                            "Linear weights in int8", "Layers kept float",
+                                            "Calibration"])
         self.table.verticalHeaderItem(5).setToolTip(
             "Share of greedy tokens identical to the float model's, position by position, when "
             "each model continues on its own: one early flip of a near-tie changes the rest")
@@ -393,7 +396,7 @@ class QuantizePage(Page):
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.verticalHeader().setDefaultSectionSize(28)
-        self.table.setFixedHeight(32 + 7 * 28 + 6)
+        self.table.setFixedHeight(32 + 10 * 28 + 6)
         rv.addWidget(self.table)
         srow = QHBoxLayout()
         self.fmt_box = QComboBox()
@@ -545,8 +548,8 @@ class QuantizePage(Page):
         self.plan_summary.setText(
             f"<b>{plan.model_name}</b> · {plan.describe()}<br>"
             + (f"calibration: {plan.samples} × {plan.seq_len} tokens from "
-               f"{Path(plan.calib_file).name if plan.calib_file else 'the built-in text'}"
-               if plan.needs_calibration else "no calibration needed")
+               f"{Path(plan.calib_file).name}" if plan.calib_file
+               else "calibration: text the model writes itself")
             + f" · quality budget {plan.budget_pct:g}% perplexity")
         known = self.store.find(plan.key())
         if known is not None and known.key == self._fresh_key:
@@ -578,6 +581,7 @@ class QuantizePage(Page):
         return QuantPlan(model_dir=data[1], model_name=data[0], method=method, preset=preset,
                          skip=skip, smoothquant=sq, calib_file=calib or None,
                          int8_head=self.head_check.isChecked(),
+                         fit_budget=self.fit_check.isChecked() and method != "w8a16",
                          samples=self.samples.value(), seq_len=self.seq_len.value(),
                          budget_pct=self.budget.value(), eval_tokens=self.eval_tokens,
                          eval_prompts=self.eval_prompts, new_tokens=self.new_tokens)
@@ -599,12 +603,16 @@ class QuantizePage(Page):
         except ValueError:
             needs = self.method() == "w8a8-static" or self.sq_check.isChecked()
         self.calib_note.setText(
-            "W8A8 static and SmoothQuant record activation ranges on this text."
-            if needs else "The chosen method needs no calibration; the text below is still "
-            "used to measure perplexity when no held-out text ships with the console.")
+            "Activation ranges, per-layer SmoothQuant and error-compensating rounding are "
+            "chosen on this text." if needs else "Error-compensating rounding uses this text.")
         path = self.calib_path.text().strip() if self.calib_file_radio.isChecked() else None
         if self.calib_file_radio.isChecked() and not path:
             self.calib_info.setText("Choose a file.")
+            return
+        if not self.calib_file_radio.isChecked():
+            self.calib_info.setText("16 samples of 128 tokens, sampled from the model after BOS "
+                                    "and a few neutral chat prompts: text in the model's own "
+                                    "language and format, never the evaluation text.")
             return
         # reading the text imports torch (engine.quant.calib): never on the GUI thread
         self._calib_gen += 1
@@ -745,23 +753,17 @@ class QuantizePage(Page):
             ("reference", f"{100 * (q.greedy_agreement or 0):.0f}% of tokens", ""),
             ("reference", "—" if q.top1_agreement is None  # runs saved before it existed
              else f"{100 * q.top1_agreement:.0f}% of tokens", ""),
-        ]
+        ] + recipe_rows(run)
         for r, cells in enumerate(rows):
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setTextAlignment(Qt.AlignCenter)
+                if r == 8 and c == 1 and run.kept_float:
+                    item.setToolTip("\n".join(f"{n}: {why}" for n, why in run.kept_float.items()))
                 self.table.setItem(r, c, item)
-        budget = self.budget.value()
-        if run.within(budget):
-            self.verdict_badge.set("WITHIN BUDGET", "ok")
-            self.verdict.setText(f"Perplexity {run.ppl_delta_pct:+.2f}% vs float (budget "
-                                 f"{budget:g}%), agreement {_agreement(q)}, weights "
-                                 f"{q.memory_bytes / max(f.memory_bytes, 1):.0%} of float.")
-        else:
-            self.verdict_badge.set("OVER BUDGET", "bad")
-            self.verdict.setText(f"Perplexity {run.ppl_delta_pct:+.2f}% vs float exceeds the "
-                                 f"{budget:g}% budget: skip sensitive layers (step 4), try "
-                                 "SmoothQuant or W8A16.")
+        ok, text = verdict(run, self.budget.value())
+        self.verdict_badge.set("WITHIN BUDGET" if ok else "OVER BUDGET", "ok" if ok else "bad")
+        self.verdict.setText(text)
         exists = Path(run.out_dir).is_dir()
         self.save_btn.setEnabled(exists)
         self.load_btn.setEnabled(exists)
