@@ -1,0 +1,62 @@
+"""Issue 20's quality bars on a real instruct model: SmolLM2-135M-Instruct (the GGUF in
+../shared/models), default ("auto") recipe of each method, perplexity by llama.cpp's chunk
+method (ctx 512) on assets/calib/heldout_en.txt, which no recipe calibrates on."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from support_gguf import SMOLLM_GGUF
+
+from engine.paths import CALIB_DIR
+from engine.quant import eval_methods as em
+from engine.quant.auto import calibration_samples, run_auto
+from engine.quant.config import QuantConfig
+
+HELDOUT = CALIB_DIR / "heldout_en.txt"
+# method: (max perplexity increase %, min share of linear weights in int8)
+BARS = {"w8a16": (0.3, 1.0), "w8a8-dynamic": (1.0, 0.85), "w8a8-static": (1.5, 0.85)}
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    if not SMOLLM_GGUF.is_file():
+        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+    from engine.models.loader import load_model
+
+    loaded = load_model(SMOLLM_GGUF, device="cpu", dtype="float32")
+    whole, docs = em.read_eval_text(HELDOUT)
+
+    def ppl(model):
+        return em.evaluate_texts(model, loaded.tokenizer, docs, "chunks", 512,
+                                 whole=whole).perplexity
+
+    samples, source = calibration_samples(loaded.model, loaded.tokenizer, None, 0, 0,
+                                          loaded.files_dir, None, None)
+    with torch.inference_mode():
+        base = ppl(loaded.model)
+    return {"loaded": loaded, "ppl": ppl, "base": base, "samples": samples, "source": source}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [
+    "w8a16", "w8a8-dynamic",
+    pytest.param("w8a8-static", marks=pytest.mark.xfail(
+        reason="measured +4.7 % at 85 % int8 (docs/quantization.md): per-tensor ranges do not "
+               "hold SmolLM2's down_proj outliers yet; the issue's +1.5 % bar is open")),
+])
+def test_default_recipe_meets_the_bar(smollm, method):
+    max_pct, min_int8 = BARS[method]
+    loaded = smollm["loaded"]
+    model = copy.deepcopy(loaded.model)
+    res = run_auto(model, loaded.tokenizer, QuantConfig(method=method), smollm["samples"],
+                   smollm["source"])
+    assert "self-generated" in res.calibration
+    with torch.inference_mode():
+        delta = 100 * (smollm["ppl"](res.model) / smollm["base"] - 1)
+    print(f"SmolLM2 {method}: {delta:+.3f}% perplexity, {res.int8_weight_fraction:.1%} int8, "
+          f"{len(res.kept_float)} layers float")
+    assert res.int8_weight_fraction >= min_int8
+    assert delta <= max_pct, f"{method}: {delta:+.3f}% (bar {max_pct}%)"
