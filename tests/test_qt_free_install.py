@@ -174,8 +174,8 @@ def test_serve_answers_and_bench_serve_measures_it(venv):
 def test_engine_and_api_tests_pass_in_the_qt_free_venv(venv):
     tests = [ROOT / "tests" / name for name in HEADLESS_TESTS if (ROOT / "tests" / name).exists()]
     # the venv's pytest from outside the checkout: `engine` is the installed copy
-    res = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-m", "not slow", *tests], timeout=1200, cwd=venv, env=_env())
+    res = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+               timeout=1200, cwd=venv, env=_env())
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout
     print(f"in the Qt-free venv: {res.stdout.strip().splitlines()[-1]}")
