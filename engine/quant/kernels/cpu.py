@@ -82,9 +82,7 @@ class CpuBackend:
         """Whether mod runs on the native kernels (see the module docstring)."""
         if mod.group_size or self._use_native is False:
             return False
-        if not native.available():
-            return False
-        return True
+        return native.available()
 
     def kernel_name(self, mod) -> str:
         """The product that runs mod, as doctor and /v1/models report it."""
