@@ -9,7 +9,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QSizePolicy
 
 from console.theme import current_theme
-from console.widgets.ring import Ring
+from engine.ring import Ring
 
 pg.setConfigOptions(antialias=False, useOpenGL=False)
 
