@@ -13,6 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from console.threads import start_thread
+
 log = logging.getLogger(__name__)
 
 METRICS_WINDOW_S = 30.0  # latency percentiles are over this recent window
@@ -174,28 +176,25 @@ class EngineHost(QObject):
             log.debug("load %s finished after the console closed", job.path)
 
     def _engine_load(self, job: LoadJob, cancel: threading.Event):
-        """Load here (fine-grained progress, cancel between stages), then hand the model over;
-        the engine builds its KV cache and starts serving it."""
-        from engine.models import load_model
-
-        def progress(fraction: float, stage: str) -> None:
-            self.load_progress.emit(job.job_id, 0.9 * fraction, stage)
-
-        loaded = load_model(job.path, device=job.device, dtype=job.dtype, name=job.name,
-                            progress=progress, cancel=cancel)
+        """The engine's one load path (LocalEngine.load: folder or GGUF, then the KV cache),
+        its progress forwarded as signals and the page's cancel passed on to its job."""
         if cancel.is_set():
-            raise _Cancelled("loading cancelled")
-        engine_job = self.engine.add_model(loaded, name=job.name,
-                                           default=not self.engine.models())
+            from engine.runtime.types import Cancelled
+
+            raise Cancelled("loading cancelled")
+        engine_job = self.engine.load(job.path, name=job.name, device=job.device,
+                                      dtype=job.dtype, default=not self.engine.models())
         engine_job.add_progress_callback(
-            lambda f, msg: self.load_progress.emit(job.job_id, 0.9 + 0.1 * f, msg or "starting"))
-        while True:  # poll so that a cancel or window close never waits for the KV allocation
+            lambda f, msg: self.load_progress.emit(job.job_id, f, msg or "starting"))
+        while True:  # poll so that a cancel or window close never waits for the load
             try:
                 engine_job.result(timeout=0.1)
                 break
             except TimeoutError:
                 if cancel.is_set():
                     engine_job.cancel()
+        # the job reports its 1.0 after waking us: say it here, before load_finished
+        self.load_progress.emit(job.job_id, 1.0, "done")
         return next((m for m in self.engine.models() if m.name == job.name), None)
 
     def unload(self, name: str) -> None:
@@ -232,20 +231,14 @@ class EngineHost(QObject):
     # ------------------------------------------------------------------ lifecycle
 
     def _spawn(self, fn, name: str) -> None:
-        t = threading.Thread(target=fn, name=name, daemon=True)
         self._threads = [x for x in self._threads if x.is_alive()]
-        self._threads.append(t)
-        t.start()
+        self._threads.append(start_thread(fn, name))
 
     def shutdown(self, timeout: float = 2.0) -> None:
         """Cancel loads; the bridge stops the engine itself."""
         self._closing = True
         for ev in list(self._jobs.values()):
             ev.set()
-
-
-class _Cancelled(Exception):
-    pass
 
 
 def _one_line(exc: BaseException) -> str:

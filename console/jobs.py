@@ -1,5 +1,6 @@
-"""Long work off the GUI thread: a worker thread that reports progress, can be cancelled, and
-hands its result (or a one-line error) back to the GUI thread through queued signals."""
+"""The console's job runner: long work off the GUI thread, on a worker thread that reports
+progress, can be cancelled, and hands its result (or a one-line error) back to the GUI thread
+through queued signals. Pages create jobs; the thread starts here (console.threads)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from console.threads import start_thread
+from engine.runtime.types import Cancelled
+
 log = logging.getLogger(__name__)
 
 # worker code may report thousands of steps; the GUI needs a few a second
@@ -20,8 +24,7 @@ _MIN_EMIT_S = 0.05
 _DIGITS = re.compile(r"[\d/.,]+")
 
 
-class JobCancelled(Exception):
-    """Raised by Reporter.check() once cancel was requested."""
+JobCancelled = Cancelled  # what Reporter.check() raises: the engine's one cancellation exception
 
 
 class Reporter:
@@ -44,14 +47,15 @@ class Reporter:
 
     def check(self) -> None:
         if self.cancel.is_set():
-            raise JobCancelled()
+            raise Cancelled()
 
 
 class BackgroundJob(QObject):
     """Run `fn(reporter)` on a daemon thread; exactly one of finished / failed / cancelled fires.
 
-    `cancelled_types`: exception types the worker raises when it noticed the cancel flag (the
-    engine has its own Cancelled classes); they end in `cancelled`, not `failed`.
+    A worker that noticed the cancel flag raises engine.runtime.types.Cancelled (Reporter.check,
+    model loads, quantization all do) and the job ends in `cancelled`, not `failed`;
+    `cancelled_types` adds other types that mean the same.
     """
 
     progress = Signal(float, str)
@@ -65,7 +69,7 @@ class BackgroundJob(QObject):
         super().__init__(parent)
         self.fn = fn
         self.name = name
-        self.cancelled_types = (JobCancelled, *cancelled_types)
+        self.cancelled_types = (Cancelled, *cancelled_types)
         self.cancel_event = threading.Event()
         self.fraction = 0.0
         self.started_at: float | None = None
@@ -76,8 +80,7 @@ class BackgroundJob(QObject):
 
     def start(self) -> BackgroundJob:
         self.started_at = time.monotonic()
-        self.thread = threading.Thread(target=self._run, name=f"job-{self.name}", daemon=True)
-        self.thread.start()
+        self.thread = start_thread(self._run, f"job-{self.name}")
         return self
 
     def cancel(self) -> None:

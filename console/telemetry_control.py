@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
+
+from console.threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class TelemetryControl(QObject):
         poller.start()
         if old is not None:
             # npu-smi can take seconds to return; never wait for it on the GUI thread
-            threading.Thread(target=old.stop, name="poller-stop", daemon=True).start()
+            start_thread(old.stop, "poller-stop")
         if files:
             self.description = "replay: " + ", ".join(Path(f).name for f in files)
         else:

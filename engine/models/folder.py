@@ -275,17 +275,13 @@ def _check_config(root: Path, report: ModelFolderReport) -> dict | None:
 def inspect_model_folder(path: str | Path) -> ModelFolderReport:
     """Check a folder (or a GGUF file, or a folder holding one); never raises for a bad one
     (the report lists the problems)."""
-    from engine.models.gguf import GgufError, gguf_file_of, inspect_gguf
+    from engine.models.formats import lookup
 
     root = Path(path).expanduser()
+    gguf_report = lookup("gguf", "inspect")(root)
+    if gguf_report is not None:
+        return gguf_report
     report = ModelFolderReport(path=root)
-    try:
-        gguf = gguf_file_of(root)
-    except GgufError as exc:
-        report.problems.append(Problem(".", str(exc).split(": ", 1)[-1]))
-        return report
-    if gguf is not None:
-        return inspect_gguf(gguf)
     if not root.exists():
         report.problems.append(Problem(".", "no such folder"))
         return report

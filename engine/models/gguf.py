@@ -172,6 +172,18 @@ def remember_header(path: Path, data: dict) -> None:
         pass  # a read-only cache only costs time
 
 
+def inspect_path(root: Path) -> ModelFolderReport | None:
+    """The report of a GGUF file (or of the one GGUF a folder holds), None for anything else
+    (engine.models.formats: what the folder check calls)."""
+    try:
+        gguf = gguf_file_of(root)
+    except GgufError as exc:
+        report = ModelFolderReport(path=root)
+        report.problems.append(Problem(".", str(exc).split(": ", 1)[-1]))
+        return report
+    return None if gguf is None else inspect_gguf(gguf)
+
+
 def inspect_gguf(path: str | Path) -> ModelFolderReport:
     """A folder report for a GGUF file: never raises for a bad file (problems are listed)."""
     p = Path(path).expanduser()

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.models import gguf
+from engine.runtime.types import Cancelled
 
 ProgressFn = Callable[[float, str], None]
 DONE = "meta.json"  # written last: a folder without it is not a finished conversion
@@ -123,10 +124,6 @@ class ConvertError(Exception):
     """The conversion failed; one line naming the file."""
 
 
-class ConvertCancelled(Exception):
-    pass
-
-
 def converted_folder(path: Path) -> Path | None:
     """The finished cache entry of this GGUF, or None."""
     entry = gguf.entry_dir(path)
@@ -157,7 +154,7 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
             if cancel is not None and cancel.is_set():
                 proc.kill()
                 proc.wait()
-                raise ConvertCancelled(f"converting {path.name} was cancelled")
+                raise Cancelled(f"converting {path.name} was cancelled")
             while seen < len(lines):
                 kind, _, rest = lines[seen].strip().partition(" ")
                 seen += 1

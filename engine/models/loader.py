@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.models.folder import ModelFolderError, ModelFolderReport, validate_model_folder
 from engine.models.memory import estimate_memory, fits_message
+from engine.runtime.types import Cancelled
 
 ProgressFn = Callable[[float, str], None]
 
@@ -25,8 +26,8 @@ ProgressFn = Callable[[float, str], None]
 MODEL_BUILD_LOCK = threading.Lock()
 
 
-class LoadCancelled(Exception):
-    """The caller cancelled a load; nothing stays allocated."""
+# the engine's one cancellation exception, under the name loaders have always used
+LoadCancelled = Cancelled
 
 
 class ModelLoadError(Exception):
@@ -110,8 +111,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
 
     if report.quantization:
         step(0.1, "loading the quantized checkpoint")
-        from engine.quant.io import load_quantized  # only needed for INT8 folders
+        from engine.models.formats import lookup
 
+        load_quantized = lookup("int8", "load")  # engine.quant.io, found without importing it
         return load_quantized(path, device=dev.torch_device, dtype=dtype, name=name,
                               progress=progress, cancel=cancel)
 
@@ -146,7 +148,6 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
     """A GGUF file: convert it once into the cache (engine.models.gguf_convert), then load that
     folder like any other. The model keeps the GGUF's name, path and header report."""
     from engine.models.gguf_convert import (
-        ConvertCancelled,
         ConvertError,
         converted_folder,
         ensure_converted,
@@ -166,8 +167,6 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
     if cached is None:
         try:
             cached = ensure_converted(gguf, progress=part(0.02, share), cancel=cancel)
-        except ConvertCancelled as exc:
-            raise LoadCancelled(str(exc)) from None
         except ConvertError as exc:
             raise ModelLoadError(str(exc)) from None
     loaded = load_model(cached, device=device, dtype=dtype, name=name or gguf.stem,

@@ -16,12 +16,9 @@ from typing import Any
 import torch
 
 from engine.quant.config import QuantError
+from engine.runtime.types import Cancelled  # the engine's one; quant raises it
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
-
-
-class Cancelled(Exception):
-    """The caller set the cancel event; nothing was written."""
 
 
 def shipped_calibration_file() -> Path:

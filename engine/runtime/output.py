@@ -1,6 +1,10 @@
-"""One request's output path: token id -> text -> reasoning / answer -> stop strings.
+"""The output side of the engine: sampled token ids -> text -> events for the caller.
 
-The engine thread calls `step()` with each sampled token. The detokenizer turns it into text,
+`OutputProcessor` is one request's path: token id -> text -> reasoning / answer -> stop strings.
+`RequestOutputs` is the engine's: it holds every request's handle, turns each sampled token into
+a `TokenEvent` and each ending into a `FinishEvent` with usage and timings, and delivers them.
+
+The engine thread calls `OutputProcessor.step()` with each sampled token. The detokenizer turns it into text,
 the reasoning parser (chat requests to a model that has one) splits off the reasoning, and the
 stop-string filter watches the answer only: a stop string inside the reasoning does not end the
 reply (the reasoning is the model's scratch space; a stop string is about the answer). With no
@@ -9,12 +13,24 @@ parser every token is answer text, as before.
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
 from engine.runtime.reasoning import ReasoningParser, Split
-from engine.runtime.types import FinishEvent, GenerationRequest, SamplingParams
+from engine.runtime.sequence import Sequence
+from engine.runtime.types import (
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    RequestTimings,
+    SamplingParams,
+    TokenEvent,
+    Usage,
+)
 
 _PROMPT_TAIL_TOKENS = 8
 
@@ -105,3 +121,93 @@ class OutputProcessor:
             self.last_reasoning - self.first_reasoning
         return replace(fin, usage=replace(fin.usage, reasoning_tokens=self.reasoning_tokens),
                        timings=replace(t, first_answer_s=first, reasoning_s=spent))
+
+
+def output_for(variant: Any, request: GenerationRequest, prompt_ids: list[int],
+               params: SamplingParams) -> OutputProcessor:
+    """A request's OutputProcessor (built on the caller's thread, with its tokenizer copy)."""
+    stop_ids = frozenset(params.stop_token_ids) | (
+        frozenset() if params.ignore_eos else variant.eos)
+    return OutputProcessor(variant.tokenizer, prompt_ids, params, stop_ids,
+                           reasoning_parser_for(variant, request, prompt_ids))
+
+
+def finish_event(seq: Sequence, model: str, reason: str, error: str | None) -> FinishEvent:
+    """The FinishEvent of `seq` ending now: usage and timings from what it recorded."""
+    now = time.monotonic()
+    times = seq.token_times
+    n = len(seq.output_ids)
+    ttft = times[0] - seq.arrival_mono if times else None
+    e2e = now - seq.arrival_mono
+    tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else None
+    itl = tuple(b - a for a, b in itertools.pairwise(times))
+    queue = (seq.first_scheduled - seq.arrival_mono) if seq.first_scheduled else e2e
+    timings = RequestTimings(arrival=seq.arrival, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
+                             tpot_s=tpot, itl_s=itl)
+    return FinishEvent(seq.request_id, reason, Usage(len(seq.prompt_ids), n, seq.num_cached),
+                       timings, model, error=error, stop_reason=seq.stop_reason)
+
+
+class RequestOutputs:
+    """Every open request's handle, and the events the engine thread sends them.
+
+    `handles` is shared with callers under `lock` (the engine's); the rest runs on the engine
+    thread. `metrics` (EngineMetrics) records each finish."""
+
+    def __init__(self, lock: threading.Condition, metrics: Any):
+        self._lock = lock
+        self.metrics = metrics
+        self.handles: dict[str, Any] = {}  # request id -> LocalRequestHandle
+        self.finished: list[FinishEvent] = []  # since the last StepStats
+
+    def take_finished(self) -> list[FinishEvent]:
+        finished, self.finished = self.finished, []
+        return finished
+
+    def token(self, seq: Sequence, tok: int) -> tuple[str | None, list[Event]]:
+        """Record `seq`'s new token. While the request goes on its TokenEvent is pushed now
+        and (None, []) comes back; when the token ends it, (finish reason, events to send
+        before the FinishEvent)."""
+        now = time.monotonic()
+        seq.output_ids.append(tok)
+        seq.token_times.append(now)
+        out = seq.extra["out"].step(tok, len(seq.output_ids), now)
+        if out.stop_reason is not None:
+            seq.stop_reason = out.stop_reason
+        events: list[Event] = [TokenEvent(seq.request_id, out.text, (tok,), out.reasoning,
+                                          out.reasoning_tokens)]
+        if out.finish is None:
+            handle = self.handles.get(seq.request_id)
+            if handle is not None:
+                handle._push(events)
+            return None, []
+        return out.finish, events
+
+    def finish(self, seq: Sequence, model: str, reason: str, error: str | None = None,
+               pre_events: list[Event] | None = None) -> FinishEvent:
+        """End a request the scheduler held: its FinishEvent (after `pre_events`)."""
+        seq.error = error
+        fin = finish_event(seq, model, reason, error)
+        if "out" in seq.extra:  # reasoning tokens, time to the first answer token
+            fin = seq.extra["out"].annotate(fin, seq.arrival_mono)
+        self._deliver(fin, (pre_events or []), failed=reason == "error")
+        return fin
+
+    def finish_unscheduled(self, seq: Sequence, model: str, reason: str, error: str) -> None:
+        """End a request that never reached a scheduler (its model went away, a failed add)."""
+        self._deliver(finish_event(seq, model, reason, error), [], failed=True)
+
+    def _deliver(self, fin: FinishEvent, events: list[Event], failed: bool) -> None:
+        self.metrics.record_finish(fin.timings, failed=failed)
+        self.finished.append(fin)
+        with self._lock:
+            handle = self.handles.pop(fin.request_id, None)
+        if handle is not None:
+            handle._push(events + [fin])
+
+    def abandon_all(self, reason: str, message: str) -> None:
+        """End every handle still open (shutdown or a dead loop), whatever its state."""
+        with self._lock:
+            left, self.handles = list(self.handles.values()), {}
+        for handle in left:  # still queued, or caught mid-step
+            self.metrics.record_finish(handle._abandon(reason, message).timings, failed=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from engine.runtime.types import FinishEvent, RequestTimings, SamplingParams, Usage
+from engine.runtime.types import SamplingParams
 
 
 class SeqState(Enum):
@@ -72,19 +71,3 @@ class Sequence:
         if stop <= n:
             return self.prompt_ids[start:stop]
         return self.token_ids[start:stop]
-
-
-def finish_event(seq: Sequence, model: str, reason: str, error: str | None) -> FinishEvent:
-    """The FinishEvent of `seq` ending now: usage and timings from what it recorded."""
-    now = time.monotonic()
-    times = seq.token_times
-    n = len(seq.output_ids)
-    ttft = times[0] - seq.arrival_mono if times else None
-    e2e = now - seq.arrival_mono
-    tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else None
-    itl = tuple(b - a for a, b in itertools.pairwise(times))
-    queue = (seq.first_scheduled - seq.arrival_mono) if seq.first_scheduled else e2e
-    timings = RequestTimings(arrival=seq.arrival, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
-                             tpot_s=tpot, itl_s=itl)
-    return FinishEvent(seq.request_id, reason, Usage(len(seq.prompt_ids), n, seq.num_cached),
-                       timings, model, error=error, stop_reason=seq.stop_reason)

@@ -35,6 +35,17 @@ class EngineError(Exception):
         self.param = param
 
 
+class Cancelled(EngineError):
+    """The caller cancelled (a Job, a cancel event): the one cancellation exception of the
+    engine (model loads, GGUF conversion, quantization, console jobs). Nothing it started stays
+    allocated or written."""
+
+    error_type = "cancelled"
+
+    def __init__(self, message: str = "cancelled", param: str | None = None):
+        super().__init__(message, param)
+
+
 class InvalidRequestError(EngineError):
     """A parameter is out of range or the prompt does not fit; `param` names it."""
 

@@ -1,0 +1,72 @@
+"""The engine's output side (engine/runtime/output.py) on its own: tokens -> TokenEvents pushed
+to the caller's handle, endings -> one FinishEvent with usage and timings, metrics recorded.
+Pure Python: no model, no engine thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.runtime.handle import LocalRequestHandle
+from engine.runtime.metrics import EngineMetrics
+from engine.runtime.output import RequestOutputs, TokenOutput, finish_event
+from engine.runtime.sequence import Sequence
+from engine.runtime.types import FinishEvent, TokenEvent
+
+
+class _Processor:
+    """Stands in for OutputProcessor: token 7 ends the request with "stop"."""
+
+    def step(self, tok, num_output, now):
+        return TokenOutput(text=f"<{tok}>", finish="stop" if tok == 7 else None,
+                           stop_reason=7 if tok == 7 else None)
+
+    def annotate(self, fin, arrival_mono):
+        return fin
+
+
+def _open(outputs: RequestOutputs, rid: str) -> tuple[Sequence, LocalRequestHandle]:
+    seq = Sequence(request_id=rid, prompt_ids=[1, 2, 3])
+    seq.extra["out"] = _Processor()
+    handle = LocalRequestHandle(rid, "m", lambda _rid: None)
+    outputs.handles[rid] = handle
+    return seq, handle
+
+
+def test_tokens_stream_then_one_finish_with_usage_and_timings():
+    metrics = EngineMetrics(64)
+    outputs = RequestOutputs(threading.Condition(), metrics)
+    seq, handle = _open(outputs, "a")
+    assert outputs.token(seq, 5) == (None, [])  # pushed at once
+    time.sleep(0.01)
+    finish, events = outputs.token(seq, 7)
+    assert finish == "stop" and [e.text for e in events] == ["<7>"]
+    assert seq.stop_reason == 7
+    fin = outputs.finish(seq, "m", finish, pre_events=events)
+    got = handle.drain()
+    assert [type(e) for e in got] == [TokenEvent, TokenEvent, FinishEvent]
+    assert got[-1] is fin and fin.finish_reason == "stop" and fin.stop_reason == 7
+    assert fin.usage.prompt_tokens == 3 and fin.usage.completion_tokens == 2
+    assert fin.timings.ttft_s is not None and fin.timings.tpot_s >= 0.009
+    assert "a" not in outputs.handles
+    assert outputs.take_finished() == [fin] and outputs.take_finished() == []
+    assert metrics.requests_finished == 1 and metrics.requests_failed == 0
+
+
+def test_unscheduled_and_abandoned_requests_end_as_failures():
+    metrics = EngineMetrics(64)
+    outputs = RequestOutputs(threading.Condition(), metrics)
+    seq, h1 = _open(outputs, "a")
+    _seq2, h2 = _open(outputs, "b")
+    outputs.finish_unscheduled(seq, "m", "error", "model 'm' was unloaded")
+    assert h1.result(1).finish.error == "model 'm' was unloaded"
+    outputs.abandon_all("cancelled", "the engine shut down")
+    assert h2.result(1).finish.finish_reason == "cancelled"
+    assert outputs.handles == {} and metrics.requests_failed == 2
+
+
+def test_finish_event_without_tokens_has_no_ttft():
+    seq = Sequence(request_id="x", prompt_ids=[1])
+    fin = finish_event(seq, "m", "cancelled", None)
+    assert fin.timings.ttft_s is None and fin.timings.e2e_s >= 0
+    assert fin.usage.completion_tokens == 0
