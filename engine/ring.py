@@ -1,4 +1,8 @@
-"""Fixed-size numpy ring buffer of (time, value) samples for plots: no allocation per sample."""
+"""The one ring buffer: a fixed-size numpy buffer of (time, value) samples, no allocation per
+sample. The engine's metrics (engine/runtime/metrics.py), the telemetry history
+(engine/telemetry/history.py) and the console's live plots (console/widgets/live_plot.py) all
+keep their series in it. Its own lock is held only for an O(capacity) copy, so a slow reader
+never stalls a writer (an engine step, a poller sample)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ import numpy as np
 
 
 class Ring:
-    """Preallocated time/value buffer; append from any thread, read copies on the GUI thread."""
+    """Preallocated time/value buffer; append from any thread, read copies from any other."""
 
     def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError("a ring's capacity must be at least 1")
         self.capacity = int(capacity)
         self._t = np.full(self.capacity, np.nan)
         self._v = np.full(self.capacity, np.nan)
@@ -19,6 +25,11 @@ class Ring:
 
     def __len__(self) -> int:
         return min(self._n, self.capacity)
+
+    @property
+    def count(self) -> int:
+        """Samples appended since the last clear (more than len() once it wrapped)."""
+        return self._n
 
     def append(self, t: float, v: float | None) -> None:
         with self._lock:
@@ -64,5 +75,17 @@ class Ring:
                 v = np.concatenate((self._v[i:], self._v[:i]))
         if since is not None and n:
             start = int(np.searchsorted(t, since, side="left"))
+            t, v = t[start:], v[start:]
+        return t, v
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        """All samples, oldest first (copies)."""
+        return self.data()
+
+    def span(self, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """Samples of the last `seconds` ending at the newest one (all when None)."""
+        t, v = self.data()
+        if seconds is not None and t.size:
+            start = int(np.searchsorted(t, t[-1] - float(seconds), side="left"))
             t, v = t[start:], v[start:]
         return t, v

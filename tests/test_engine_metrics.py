@@ -7,11 +7,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.runtime.metrics import EngineMetrics, RingBuffer
+from engine.ring import Ring
+from engine.runtime.metrics import EngineMetrics
 
 
 def test_ring_buffer_keeps_the_latest_in_order():
-    r = RingBuffer(4)
+    r = Ring(4)
     for i in range(10):
         r.append(float(i), float(i * 10))
     t, v = r.ordered()

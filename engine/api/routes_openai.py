@@ -142,6 +142,12 @@ async def _answer(request: Request, batch: Batch, info: RequestInfo, stream: boo
                   writer: ChunkWriter, build, echo_prompts: list[str] | None = None) -> Response:
     if stream:
         return SSEResponse(_stream(batch, writer, info, echo_prompts))
+    return await _json_answer(request, batch, info, build)
+
+
+async def _json_answer(request: Request, batch: Batch, info: RequestInfo, build) -> Response:
+    """The one non-streaming answer: wait for every choice (a client that leaves cancels them),
+    log it, turn an engine failure into its error, else `build(results)` as JSON."""
     try:
         results = await batch.collect_unless_gone(request.receive)
     except ClientGone:
@@ -152,12 +158,20 @@ async def _answer(request: Request, batch: Batch, info: RequestInfo, stream: boo
     return JSONResponse(build(results))
 
 
-@router.post("/v1/chat/completions", tags=["openai"])
-async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+def _begin(body: ChatCompletionRequest | CompletionRequest,
+           request: Request) -> tuple[ApiContext, RequestInfo]:
+    """What both OpenAI routes do first: their context, the request's log entry, and a 400 for
+    fields the engine does not support."""
     ctx = context(request)
     info = request_info(request.state)
     info.stream = body.stream
     body.refuse_unsupported()
+    return ctx, info
+
+
+@router.post("/v1/chat/completions", tags=["openai"])
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    ctx, info = _begin(body, request)
     messages = body.engine_messages()
     check_choices(body.n, 1, ctx.settings.max_n)
     if ctx.settings.log_prompts:
@@ -179,10 +193,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
 
 @router.post("/v1/completions", tags=["openai"])
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    ctx = context(request)
-    info = request_info(request.state)
-    info.stream = body.stream
-    body.refuse_unsupported()
+    ctx, info = _begin(body, request)
     prompts = body.prompts()
     if body.echo and not all(isinstance(p, str) for p in prompts):
         raise ApiError(400, "echo is only supported for text prompts", param="echo")
@@ -224,13 +235,9 @@ async def legacy_chat(body: LegacyChatRequest, request: Request) -> Response:
     batch = Batch(ctx, [req], 1)
     await batch.submit_async()
     info.model = served_model(ctx, batch, body.model)
-    try:
-        results = await batch.collect_unless_gone(request.receive)
-    except ClientGone:
-        info.error = "client disconnected"
-        return Response(status_code=CLIENT_CLOSED)
-    _fill_info(info, results)
-    _raise_engine_failure(results)
-    usage = usage_dict(results)
-    usage.pop("prompt_tokens_details", None)
-    return JSONResponse({"response": results[0].text, "usage": usage})
+
+    def build(results: list[ChoiceResult]) -> dict:
+        usage = usage_dict(results)
+        usage.pop("prompt_tokens_details", None)
+        return {"response": results[0].text, "usage": usage}
+    return await _json_answer(request, batch, info, build)

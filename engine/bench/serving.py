@@ -38,6 +38,7 @@ from engine.remote.sse import (
     reasoning_tokens,
     sse_events,
 )
+from engine.remote.urls import normalize_base_url
 
 PROBE_WORDS = 64
 
@@ -164,12 +165,6 @@ class ServingResult:
 
 def _ms(s: float | None) -> float | None:
     return None if s is None else s * 1000.0
-
-
-def normalize_base_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    url = url.removesuffix("/v1")
-    return url
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

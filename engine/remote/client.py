@@ -34,6 +34,7 @@ from engine.remote.sse import (
     reasoning_tokens,
     sse_events,
 )
+from engine.remote.urls import normalize_base_url
 from engine.runtime.handle import LocalRequestHandle
 from engine.runtime.types import (
     EngineError,
@@ -60,13 +61,6 @@ def _numbers(d: Any) -> dict[str, float]:
         return {}
     return {str(k): v for k, v in d.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def normalize_base_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"remote URL must start with http:// or https://, got {url!r}")
-    return url.removesuffix("/v1")
 
 
 def request_body(req: GenerationRequest, model: str | None,

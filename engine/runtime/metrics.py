@@ -1,4 +1,4 @@
-"""Engine metrics: ring buffers for plots and windowed rates for stats.
+"""Engine metrics: ring buffers (engine.ring) for plots and windowed rates for stats.
 
 The engine thread appends; readers (GUI plots, the API, tests) call `series()`, which copies under
 a lock held only for the copy, so a slow reader never stalls a step.
@@ -13,35 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.ring import Ring
+
 SERIES = (
     "running", "waiting", "batch_size", "tokens_per_step", "step_ms",
     "prefill_tokens_per_s", "decode_tokens_per_s", "kv_usage", "prefix_hit_rate",
     # per finished request
     "ttft_s", "tpot_s", "e2e_s", "queue_s",
 )
-
-
-class RingBuffer:
-    """Preallocated (time, value) ring; appends are O(1), no reallocation ever."""
-
-    def __init__(self, capacity: int):
-        self.t = np.zeros(capacity, dtype=np.float64)
-        self.v = np.zeros(capacity, dtype=np.float64)
-        self.capacity = capacity
-        self.count = 0  # total appended
-
-    def append(self, t: float, v: float) -> None:
-        i = self.count % self.capacity
-        self.t[i] = t
-        self.v[i] = v
-        self.count += 1
-
-    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
-        n = min(self.count, self.capacity)
-        if self.count <= self.capacity:
-            return self.t[:n].copy(), self.v[:n].copy()
-        i = self.count % self.capacity
-        return np.concatenate((self.t[i:], self.t[:i])), np.concatenate((self.v[i:], self.v[:i]))
 
 
 @dataclass(frozen=True)
@@ -69,7 +48,7 @@ PREFIX_WINDOW = 256  # admitted requests the prefix hit rate is computed over
 class EngineMetrics:
     def __init__(self, capacity: int = 4096, window_s: float = 10.0):
         self._lock = threading.Lock()
-        self._rings = {name: RingBuffer(capacity) for name in SERIES}
+        self._rings = {name: Ring(capacity) for name in SERIES}
         self.window_s = window_s
         # running sums beside the windows: stats() is read per HTTP request and per plot
         # refresh, and must not scan the window under the lock the engine thread writes with

@@ -354,22 +354,18 @@ def run_step(runner, items: list[ScheduledSeq], decode_count: int):
     idempotent, so the healthy ones complete and only the culprit fails.
     """
     if isinstance(runner, FallbackRunner):
-        ok, rows, failed = [], [], []
-        for it in items:
-            try:
-                logits = runner.execute([it], 0)
-            except Exception as exc:  # noqa: BLE001 - contained to this request
-                failed.append((it, _error_text(exc)))
-                continue
-            if it.samples:
-                ok.append(it)
-                rows.append(logits[0])
-        return ok, (torch.stack(rows) if rows else None), failed
+        return _one_by_one(runner, items, 0)
     try:
         logits = runner.execute(items, decode_count)
         return [it for it in items if it.samples], logits, []
     except Exception:  # isolate the culprit below
         log.debug("batched step failed; re-running its sequences one by one", exc_info=True)
+    return _one_by_one(runner, items, decode_count)
+
+
+def _one_by_one(runner: Any, items: list, decode_count: int):
+    """Each item in a step of its own (the first `decode_count` as decodes): a failure fails
+    only its own request."""
     ok, rows, failed = [], [], []
     for i, it in enumerate(items):
         try:

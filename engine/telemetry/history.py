@@ -1,7 +1,7 @@
-"""Per-metric ring buffers in preallocated numpy arrays.
+"""Per-metric ring buffers (engine.ring.Ring, preallocated numpy arrays).
 
-Writers (the poller thread) and readers (plots on the GUI thread, the CLI) share one lock that
-is held only for an O(capacity) array copy, so readers never wait on a slow npu-smi call.
+Writers (the poller thread) and readers (plots on the GUI thread, the CLI) hold a lock only for
+an O(capacity) array copy, so readers never wait on a slow npu-smi call.
 """
 
 from __future__ import annotations
@@ -10,15 +10,7 @@ import threading
 
 import numpy as np
 
-
-class _Ring:
-    __slots__ = ("count", "head", "t", "v")
-
-    def __init__(self, capacity: int):
-        self.t = np.full(capacity, np.nan, dtype=np.float64)
-        self.v = np.full(capacity, np.nan, dtype=np.float64)
-        self.head = 0  # next write position
-        self.count = 0
+from engine.ring import Ring
 
 
 class MetricHistory:
@@ -26,7 +18,7 @@ class MetricHistory:
         if capacity < 1:
             raise ValueError("history capacity must be at least 1")
         self.capacity = int(capacity)
-        self._rings: dict[str, _Ring] = {}
+        self._rings: dict[str, Ring] = {}
         self._lock = threading.Lock()
 
     def append(self, timestamp: float, values: dict[str, float | None]) -> None:
@@ -35,12 +27,8 @@ class MetricHistory:
             for key, value in values.items():
                 ring = self._rings.get(key)
                 if ring is None:
-                    ring = self._rings[key] = _Ring(self.capacity)
-                ring.t[ring.head] = timestamp
-                ring.v[ring.head] = np.nan if value is None else value
-                ring.head = (ring.head + 1) % self.capacity
-                if ring.count < self.capacity:
-                    ring.count += 1
+                    ring = self._rings[key] = Ring(self.capacity)
+                ring.append(timestamp, value)
 
     def keys(self) -> list[str]:
         with self._lock:
@@ -50,18 +38,9 @@ class MetricHistory:
         """(t, values) copies, oldest first; `seconds` keeps the span ending at the newest sample."""
         with self._lock:
             ring = self._rings.get(key)
-            if ring is None or ring.count == 0:
-                return np.empty(0), np.empty(0)
-            if ring.count < self.capacity:
-                t = ring.t[: ring.count].copy()
-                v = ring.v[: ring.count].copy()
-            else:
-                t = np.concatenate((ring.t[ring.head :], ring.t[: ring.head]))
-                v = np.concatenate((ring.v[ring.head :], ring.v[: ring.head]))
-        if seconds is not None and t.size:
-            start = np.searchsorted(t, t[-1] - float(seconds), side="left")
-            t, v = t[start:], v[start:]
-        return t, v
+        if ring is None or not len(ring):
+            return np.empty(0), np.empty(0)
+        return ring.span(seconds)
 
     def clear(self) -> None:
         with self._lock:
