@@ -1,4 +1,5 @@
-"""Everything pages share: settings, the bridge, the engine host, telemetry control."""
+"""Everything pages share: settings, the bridge, the engine host, telemetry control, the API
+server service."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
+from console.api_key_store import ApiKeyStore
 from console.bridge import EngineBridge
 from console.engine_host import EngineHost
+from console.server_service import ServerService
 from console.telemetry_control import TelemetryControl
 
 log = logging.getLogger(__name__)
@@ -24,6 +27,9 @@ class ConsoleContext(QObject):
         self.bridge = EngineBridge(self)
         self.engine_host = EngineHost(self.bridge, self)
         self.telemetry = TelemetryControl(self.bridge, engine_stats=self._engine_stats, parent=self)
+        # the API server, its key (the keyring or a 0600 file, never the INI) and queue limit
+        self.server = ServerService(lambda: self.bridge.engine, ApiKeyStore(settings),
+                                    lambda: self.telemetry.poller)
         self._shut = False
 
     def _engine_stats(self):

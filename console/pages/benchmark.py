@@ -35,16 +35,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from console.bench_history import (
+    OFFLINE_HEADERS,
+    SERVING_HEADERS,
+    BenchHistory,
+    offline_rows,
+    offline_work,
+    roofline_text,
+    serving_bars,
+    serving_rows,
+    serving_summary,
+    serving_work,
+)
+from console.jobs import BackgroundJob
 from console.pages.base import Page
 from console.pages.bench_store import (
     BenchRecord,
-    BenchStore,
     export_csv,
     export_json,
-    offline_record,
-    serving_record,
 )
-from console.pages.jobs import BackgroundJob
 from console.theme import current_theme
 from console.widgets.bars import BarChart, radio_style
 from console.widgets.basic import card, muted, page_title
@@ -59,10 +68,6 @@ def _title(text: str) -> QLabel:
     return t
 
 
-def _fmt(v, spec=".1f", unit="") -> str:
-    return "—" if v is None else f"{format(v, spec)}{unit}"
-
-
 class BenchmarkPage(Page):
     page_id = "benchmark"
     title = "Benchmark"
@@ -70,9 +75,9 @@ class BenchmarkPage(Page):
 
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
-        self.store = BenchStore()
+        self.bench = BenchHistory()  # the Qt-free model: history and the record on show
+        self.store = self.bench.store
         self.job: BackgroundJob | None = None
-        self.record: BenchRecord | None = None
         self.last_error = ""
         root = QHBoxLayout(self)
         root.setContentsMargins(16, 12, 16, 12)
@@ -106,7 +111,7 @@ class BenchmarkPage(Page):
         self.history.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.history.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.history.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.history.cellClicked.connect(lambda r, _c: self.show_record(self._records[r]))
+        self.history.cellClicked.connect(lambda r, _c: self.show_record(self.bench.records[r]))
         hv.addWidget(self.history, 1)
         self.history_empty = muted("Finished runs are kept here.")
         hv.addWidget(self.history_empty)
@@ -344,28 +349,16 @@ class BenchmarkPage(Page):
             raise ValueError("Tick at least one batch size.")
         opts = {"model": path, "batch_sizes": sizes, "input_len": self.input_len.value(),
                 "output_len": self.output_len.value(), "num_threads": 1}
-        name = self.model_box.currentText()
-
-        def work(report):
-            from engine.bench import OfflineConfig, run_offline_sweep
-
-            cfg = OfflineConfig(**opts)
-            res = run_offline_sweep(cfg, progress=lambda p: report(p.fraction, p.message),
-                                    cancel=report.cancel)
-            res.model["name"] = name
-            if not res.batches and res.cancelled:
-                return None
-            return offline_record(res)
-        return work, "offline"
+        return offline_work(opts, self.model_box.currentText()), "offline"
 
     def _serving_job(self):
         if self.target_local.isChecked():
-            server = self._server_page()
-            if server is None or not server.running():
+            server = self.ctx.server  # the service, not the Server page
+            if not server.running() or not server.url:
                 raise ValueError("This console's server is not running: start it on the Server "
                                  "page, or choose a URL.")
             url = server.url
-            key = server.api_key.text().strip() or None
+            key = server.key()
         else:
             url = self.url_edit.text().strip()
             if not url.startswith(("http://", "https://")):
@@ -378,50 +371,37 @@ class BenchmarkPage(Page):
                 "concurrency": self.concurrency.value() if self.mode_conc.isChecked() else None,
                 "rate": self.rate.value() if self.mode_rate.isChecked() else None,
                 "input_len": self.s_input.value(), "output_len": self.s_output.value()}
-
-        def work(report):
-            from engine.bench import SLO, ServingConfig, run_serving_benchmark
-
-            cfg = ServingConfig(**opts, slo=SLO(**slo))
-            res = run_serving_benchmark(cfg, progress=lambda p: report(p.fraction, p.message),
-                                        cancel=report.cancel)
-            if not res.requests and res.cancelled:
-                return None
-            return serving_record(res)
-        return work, "serving"
-
-    def _server_page(self):
-        win = self.window()
-        try:
-            return win.page("server")
-        except (AttributeError, StopIteration):
-            return None
+        return serving_work(opts, slo), "serving"
 
     def _on_failed(self, msg: str) -> None:
         self.last_error = msg
         self.progress.finish(f"⚠ {msg}")
 
     def _on_result(self, rec: BenchRecord) -> None:
-        self.store.add(rec)
-        self.refresh_history()
+        self.bench.add(rec)
+        self.refresh_history(reload=False)
         self.show_record(rec)
         self.progress.finish(f"Done: {rec.title}")
 
     # ------------------------------------------------------------------ results
 
-    def refresh_history(self) -> None:
-        self._records = self.store.load()
-        self.history.setRowCount(len(self._records))
-        for r, rec in enumerate(self._records):
+    @property
+    def record(self) -> BenchRecord | None:
+        return self.bench.current
+
+    def refresh_history(self, reload: bool = True) -> None:
+        records = self.bench.reload() if reload else self.bench.records
+        self.history.setRowCount(len(records))
+        for r, rec in enumerate(records):
             when = rec.created[5:16].replace("T", " ")
             self.history.setItem(r, 0, QTableWidgetItem(when))
             item = QTableWidgetItem(f"{rec.kind}: {rec.title}")
             item.setToolTip(rec.title)
             self.history.setItem(r, 1, item)
-        self.history_empty.setVisible(not self._records)
+        self.history_empty.setVisible(not records)
 
     def show_record(self, rec: BenchRecord) -> None:
-        self.record = rec
+        self.bench.current = rec
         for b in self.export_buttons:
             b.setEnabled(True)
         self.result_title.setText(f"{rec.kind.title()}: {rec.title}")
@@ -474,45 +454,14 @@ class BenchmarkPage(Page):
             plot.getPlotItem().setLabel("bottom", "batch size")
             plot.enableAutoRange()
         self.plots.setCurrentWidget(self.offline_plots)
-        self._fill_table(
-            ["Batch", "Output tok/s", "Decode tok/s", "TTFT ms", "TPOT ms", "Peak memory",
-             "Roofline %"],
-            [[str(b["batch_size"]), _fmt(b.get("output_tokens_per_s")),
-              _fmt(b.get("decode_tokens_per_s")), _fmt(b.get("ttft_ms_mean")),
-              _fmt(b.get("tpot_ms_mean"), ".2f"),
-              _fmt(b["peak_memory_bytes"] / 2**20 if b.get("peak_memory_bytes") else None,
-                   ".0f", " MiB"),
-              _fmt(b["bandwidth_share"] * 100 if b.get("bandwidth_share") is not None
-                   else None, ".0f", "%")] for b in batches])
+        self._fill_table(OFFLINE_HEADERS, offline_rows(doc))
         self.roofline_label.setText(roofline_text(doc))
 
     def _show_serving(self, doc: dict) -> None:
-        m = doc.get("metrics", {})
-        labels, values = [], []
-        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
-                          ("E2EL", "e2el_ms")):
-            d = m.get(key) or {}
-            for stat in ("p50", "p90", "p99"):
-                if d.get(stat) is not None:
-                    labels.append(f"{name} {stat}")
-                    values.append(d[stat])
-        self.serving_chart.set_bars(labels, values, label_width=80)
+        self.serving_chart.set_bars(*serving_bars(doc), label_width=80)
         self.plots.setCurrentWidget(self.serving_chart)
-        rows = []
-        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
-                          ("E2EL", "e2el_ms")):
-            d = m.get(key) or {}
-            rows.append([name] + [_fmt(d.get(s), ".1f") for s in ("mean", "p50", "p90", "p99")])
-        self._fill_table(["Latency (ms)", "mean", "p50", "p90", "p99"], rows)
-        good = m.get("request_goodput")
-        self.roofline_label.setText(
-            f"<b>{m.get('completed', 0)}</b> requests ok, {m.get('failed', 0)} failed in "
-            f"{_fmt(m.get('duration_s'), '.1f')} s · throughput <b>"
-            f"{_fmt(m.get('output_throughput'))} tok/s</b>, {_fmt(m.get('request_throughput'), '.2f')}"
-            f" req/s · goodput "
-            + (f"<b>{good:.2f} req/s</b> ({m.get('good_requests')} met the SLO)"
-               if good is not None else "off (no SLO)")
-            + f" · peak concurrency {m.get('max_concurrency_seen', 0)}")
+        self._fill_table(SERVING_HEADERS, serving_rows(doc))
+        self.roofline_label.setText(serving_summary(doc))
 
     # ------------------------------------------------------------------ export
 
@@ -543,16 +492,3 @@ class BenchmarkPage(Page):
         if self.busy():
             self.job.cancel()
 
-
-def roofline_text(doc: dict) -> str:
-    """Decode rate against what the device's memory bandwidth allows for this model."""
-    bw = doc.get("bandwidth")
-    batches = [b for b in doc.get("batches", []) if b.get("bandwidth_share") is not None]
-    if not bw or not batches:
-        return "No memory-bandwidth figure for this device: the roofline share is not shown."
-    b1 = batches[0]
-    best = max(batches, key=lambda b: b["bandwidth_share"])
-    return (f"Decode at batch {b1['batch_size']}: <b>{b1['decode_tokens_per_s']:.1f} tok/s = "
-            f"{100 * b1['bandwidth_share']:.0f}%</b> of the memory-bandwidth limit "
-            f"({b1['roofline_tokens_per_s']:.1f} tok/s at {bw['gbps']:.1f} GB/s, {bw['source']})"
-            f"; best {100 * best['bandwidth_share']:.0f}% at batch {best['batch_size']}.")

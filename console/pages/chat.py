@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from console.chat_store import ChatStore, Conversation, Message, Pane, export
+from console.chat_session import ChatSession, reply_stats
+from console.chat_store import Message, export
 from console.pages.base import Page
 from console.widgets.basic import card, muted, page_title
 from console.widgets.chat_view import ChatInput, Transcript
@@ -48,8 +49,7 @@ class ChatPage(Page):
 
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
-        self.store = ChatStore()
-        self.conv = Conversation()
+        self.session = ChatSession()  # the Qt-free model: the conversation, its store, requests
         self.live: dict[str, _Live] = {}
         self.models: list = []
         root = QHBoxLayout(self)
@@ -195,6 +195,14 @@ class ChatPage(Page):
         self._update_context()
         self._update_buttons()
 
+    @property
+    def conv(self):
+        return self.session.conv
+
+    @property
+    def store(self):
+        return self.session.store
+
     def _model_info(self, name: str | None):
         return next((m for m in self.models if m.name == name), None)
 
@@ -204,13 +212,12 @@ class ChatPage(Page):
         if on:
             half = max(200, self.panes_split.width() // 2)
             self.panes_split.setSizes([half, half])
-        if on and len(self.conv.panes) < 2:
-            # B starts from the same history as A so both sides answer the same conversation
-            self.conv.panes.append(Pane(self.model_b.currentText() or None,
-                                        [Message(**vars(m)) for m in self.conv.panes[0].messages]))
+        had = len(self.conv.panes)
+        # B starts from the same history as A so both sides answer the same conversation
+        self.session.set_ab(on, self.model_b.currentText() or None)
+        if on and had < 2:
             self._render_pane(1)
-        elif not on and len(self.conv.panes) > 1:
-            self.conv.panes = self.conv.panes[:1]
+        elif not on and had > 1:
             self.transcripts[1].clear()
 
     # ------------------------------------------------------------------ sending
@@ -226,16 +233,12 @@ class ChatPage(Page):
         if not text:
             return []
         self.input.clear()
-        if self.conv.empty:
-            self.conv.title = text[:48] + ("…" if len(text) > 48 else "")
-        for i, pane in enumerate(self.conv.panes):
-            msg = Message("user", text)
-            pane.messages.append(msg)
+        for i, msg in enumerate(self.session.add_user_turn(text)):
             self.transcripts[i].add(msg)
         return self._generate()
 
     def _generate(self) -> list[str]:
-        from engine.runtime.types import EngineError, GenerationRequest
+        from engine.runtime.types import EngineError
 
         self.error_label.setText("")
         try:
@@ -243,18 +246,11 @@ class ChatPage(Page):
         except ValueError as exc:
             self.error_label.setText(str(exc))
             return []
-        values = self.sampling.values()
-        self.conv.system_prompt = values["system_prompt"]
-        self.conv.params = {k: v for k, v in values.items() if k != "system_prompt"}
-        boxes = [self.model_a, self.model_b]
+        models = [box.currentText() or None for box in (self.model_a, self.model_b)]
         ids = []
-        for i, pane in enumerate(self.conv.panes):
-            pane.model = boxes[i].currentText() or None
-            history = pane.history()
-            if self.conv.system_prompt:
-                history = [{"role": "system", "content": self.conv.system_prompt}] + history
-            reply = Message("assistant", "", model=pane.model)
-            request = GenerationRequest(messages=history, params=params, model=pane.model)
+        for i, reply, request in self.session.turn_requests(self.sampling.values(), params,
+                                                             models):
+            pane = self.conv.panes[i]
             try:
                 rid = self.ctx.bridge.submit(request)
             except EngineError as exc:
@@ -296,17 +292,7 @@ class ChatPage(Page):
         live = self.live.pop(rid, None)
         if live is None:
             return
-        t = fin.timings
-        tps = None
-        if fin.usage.completion_tokens > 1 and t.ttft_s is not None and t.e2e_s > t.ttft_s:
-            tps = (fin.usage.completion_tokens - 1) / (t.e2e_s - t.ttft_s)
-        live.message.stats = {"ttft_s": t.ttft_s, "tokens_per_s": tps,
-                              "prompt_tokens": fin.usage.prompt_tokens,
-                              "completion_tokens": fin.usage.completion_tokens,
-                              "finish": fin.finish_reason, "error": fin.error}
-        if fin.usage.reasoning_tokens:  # the reasoning's own count and time, and the answer's
-            live.message.stats.update(reasoning_tokens=fin.usage.reasoning_tokens,
-                                      reasoning_s=t.reasoning_s, first_answer_s=t.first_answer_s)
+        live.message.stats = reply_stats(fin)
         live.message.model = fin.model or live.message.model
         live.bubble.render()
         if live.pane == 0:
@@ -323,21 +309,18 @@ class ChatPage(Page):
         """Drop the last reply of every pane and ask again with the same history."""
         if self.busy() or self.conv.empty:
             return []
+        answerable = self.session.drop_last_replies()
         for i, pane in enumerate(self.conv.panes):
-            if pane.messages and pane.messages[-1].role == "assistant":
-                pane.messages.pop()
-                self.transcripts[i].truncate(len(pane.messages))
-        if not self.conv.panes[0].messages or self.conv.panes[0].messages[-1].role != "user":
-            return []
-        return self._generate()
+            self.transcripts[i].truncate(len(pane.messages))
+        return self._generate() if answerable else []
 
     def edit_message(self, pane_index: int, message_index: int) -> None:
         """Edit-and-resend: the message goes back to the input; it and what followed are dropped."""
         if self.busy():
             return
         msg = self.conv.panes[pane_index].messages[message_index]
-        for i, pane in enumerate(self.conv.panes):
-            del pane.messages[message_index:]
+        self.session.truncate(message_index)
+        for i in range(len(self.conv.panes)):
             self.transcripts[i].truncate(message_index)
         self.input.setPlainText(msg.content)
         self.input.setFocus()
@@ -349,9 +332,7 @@ class ChatPage(Page):
         if self.busy():
             self.stop()
         self.live.clear()
-        self.conv = Conversation()
-        if self.ab_check.isChecked():
-            self.conv.panes.append(Pane(self.model_b.currentText() or None))
+        self.session.new(self.model_b.currentText() or None, ab=self.ab_check.isChecked())
         for t in self.transcripts:
             t.clear()
         self._last_usage = 0
@@ -360,10 +341,9 @@ class ChatPage(Page):
         self.input.setFocus()
 
     def save(self) -> None:
-        if self.conv.empty:
-            return
         try:
-            self.store.save(self.conv)
+            if not self.session.save():
+                return
         except OSError as exc:
             self.error_label.setText(f"Could not save the chat: {exc}")
             return
@@ -383,7 +363,7 @@ class ChatPage(Page):
         if self.busy():
             return
         try:
-            self.conv = self.store.load(conv_id)
+            self.session.open(conv_id)
         except (OSError, ValueError, KeyError) as exc:
             self.error_label.setText(f"Could not open the chat: {exc}")
             return

@@ -1,14 +1,12 @@
 """Server: the OpenAI-compatible HTTP API over the console's own in-process engine.
 
-Start/stop run on a worker thread (binding and uvicorn's start-up, or the stop's grace period,
-must never freeze the window); request-log entries arrive on the server's thread and cross to
-the GUI thread through a queued signal.
+A view of console.server_service.ServerService (ctx.server), which owns the server, its key and
+the queue limit and starts / stops it on a worker thread; its answers and the request-log
+entries arrive on other threads and cross to the GUI thread through queued signals.
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -30,7 +28,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from console.api_key_store import ApiKeyStore
 from console.pages.base import Page
 from console.pages.server_snippets import snippets
 from console.theme import current_theme
@@ -38,7 +35,7 @@ from console.widgets.basic import Lamp, card, muted, page_title
 from engine.api.ports import port_problem
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
-LOG_ROWS = 500
+LOG_ROWS = 500  # as console.server_service.LOG_ROWS
 
 
 class ServerPage(Page):
@@ -51,11 +48,8 @@ class ServerPage(Page):
 
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
-        self.controller = None
-        self.request_log = None
+        self.service = ctx.server
         self._busy = False
-        self._unsubscribe = None
-        self.url: str | None = None
         self.error_text = ""
         s = ctx.settings
 
@@ -114,8 +108,7 @@ class ServerPage(Page):
         prow.addWidget(self.port_status, 1)
         form.addRow("Port", prow)
         krow = QHBoxLayout()
-        self.key_store = ApiKeyStore(s)  # the keyring, else a 0600 file; never the INI
-        self.api_key = QLineEdit(self.key_store.load())
+        self.api_key = QLineEdit(self.service.api_key)  # the keyring or a 0600 file, never the INI
         self.api_key.setEchoMode(QLineEdit.Password)
         self.api_key.setPlaceholderText("none (loopback only)")
         self.show_key = QCheckBox("Show")
@@ -205,9 +198,11 @@ class ServerPage(Page):
         root.addWidget(logc, 1)
 
         self.lan.toggled.connect(self._settings_changed)
+        self.api_key.textChanged.connect(self.service.set_key)
         self.api_key.textChanged.connect(self._settings_changed)
         self.port.valueChanged.connect(self._settings_changed)
         self.log_entry.connect(self._add_log_row)
+        self.service.on_log_entry(self.log_entry.emit)
         self._op_done.connect(self._on_op_done)
         self._port_timer = QTimer(self)
         self._port_timer.setSingleShot(True)
@@ -244,10 +239,13 @@ class ServerPage(Page):
         self.port_status.setText(f"⚠ {problem}" if problem else "free")
         return problem is None
 
+    @property
+    def url(self) -> str | None:
+        return self.service.url
+
     def generate_key(self) -> str:
-        key = secrets.token_urlsafe(24)
+        key = self.service.generate_key()
         self.api_key.setText(key)
-        self.key_store.save(key)
         return key
 
     def copy(self, text: str) -> None:
@@ -257,7 +255,7 @@ class ServerPage(Page):
         s = self.ctx.settings
         s.setValue("server/lan", self.lan.isChecked())
         s.setValue("server/port", self.port.value())
-        self.key_store.save(self.api_key.text())
+        self.service.set_key(self.api_key.text(), save=True)
         s.setValue("server/cors", self.cors.text().strip())
         s.setValue("server/max_queue", self.max_queue.value())
 
@@ -287,7 +285,7 @@ class ServerPage(Page):
     # ------------------------------------------------------------------ start / stop
 
     def running(self) -> bool:
-        return self.controller is not None and self.controller.is_running
+        return self.service.running()
 
     def busy(self) -> bool:
         return self._busy
@@ -299,72 +297,36 @@ class ServerPage(Page):
             self.start()
 
     def start(self) -> bool:
-        """Begin starting on a worker thread; False (with a message) when it cannot start."""
+        """Ask the service to start; False (with a message) when it cannot."""
         if self._busy or self.running():
             return False
-        engine = self.ctx.bridge.engine
-        if engine is None:
-            self._show_error("The engine is not running yet: wait for it or load a model on the "
-                             "Models page.")
-            return False
-        if self.lan.isChecked() and not self.api_key.text().strip():
-            self._show_error("Listening on the network needs an API key: press Generate.")
+        problem = self.service.start_problem(self.host())
+        if problem:
+            self._show_error(problem)
             return False
         self._save_settings()
         self.apply_queue_limit()
-        host, port = self.host(), self.port.value()
-        key = self.api_key.text().strip() or None
-        cors = self.cors.text()
-        poller = self.ctx.telemetry.poller
+        problem = self.service.start(self.host(), self.port.value(), self.cors.text(),
+                                     lambda url, error: self._op_done.emit("start", url, error))
+        if problem:
+            self._show_error(problem)
+            return False
         self._set_busy(True, "Starting…")
-
-        def work():
-            # fastapi/uvicorn/pydantic import here, never on the GUI thread: the import takes
-            # a while, and racing a model load's imports of pydantic broke it half-initialised
-            try:
-                from engine.api.request_log import RequestLog
-                from engine.api.server import ServerController
-                from engine.api.settings import parse_origins
-
-                if self.controller is None or self.controller.engine is not engine:
-                    if self.request_log is None:
-                        self.request_log = RequestLog(LOG_ROWS)
-                        self._unsubscribe = self.request_log.subscribe(self.log_entry.emit)
-                    self.controller = ServerController(engine, request_log=self.request_log,
-                                                       telemetry_poller=poller)
-                url = self.controller.start(host, port, api_key=key,
-                                            cors_origins=parse_origins(cors))
-            except Exception as exc:  # noqa: BLE001 - shown as one line on the page
-                self._op_done.emit("start", "", str(exc).splitlines()[0] or type(exc).__name__)
-            else:
-                self._op_done.emit("start", url, "")
-
-        threading.Thread(target=work, name="server-start", daemon=True).start()
         return True
 
     def stop(self) -> bool:
         if self._busy or not self.running():
             return False
-        controller = self.controller
         self._set_busy(True, "Stopping…")
-
-        def work():
-            try:
-                controller.stop(grace_s=2.0)
-            except Exception as exc:  # noqa: BLE001
-                self._op_done.emit("stop", "", str(exc).splitlines()[0])
-            else:
-                self._op_done.emit("stop", "", "")
-
-        threading.Thread(target=work, name="server-stop", daemon=True).start()
+        if not self.service.stop(lambda _url, error: self._op_done.emit("stop", "", error)):
+            self._set_busy(False)
+            return False
         return True
 
     def apply_queue_limit(self) -> None:
-        """Hand the queue limit to the engine, its one owner (Chat shares it; the admission
-        middleware answers 429 from it before parsing a body); safe while requests run."""
-        engine = self.ctx.bridge.engine
-        if engine is not None and hasattr(engine, "set_max_waiting"):
-            engine.set_max_waiting(self.max_queue.value())
+        """The queue limit goes to the engine through the service (also while the server
+        runs); the setting is kept for the next start."""
+        self.service.set_queue_limit(self.max_queue.value())
         self.ctx.settings.setValue("server/max_queue", self.max_queue.value())
 
     def _set_busy(self, busy: bool, text: str = "") -> None:
@@ -378,16 +340,13 @@ class ServerPage(Page):
     def _on_op_done(self, op: str, url: str, error: str) -> None:
         self._set_busy(False)
         if error:
-            self.url = None
             self._show_error(error if op == "start" else f"Stopping failed: {error}")
             self._set_state("error", "Not running")
         elif op == "start":
-            self.url = url
             self.message.hide()
             self.error_text = ""
             self._set_state("on", f"Running · {url}")
         else:
-            self.url = None
             self._set_state("off", "Stopped")
         on = self.running()
         self.switch.setChecked(on)
@@ -447,8 +406,7 @@ class ServerPage(Page):
         self.log_table.setRowCount(0)
         self.log_count.setText("")
         self.log_empty.show()
-        if self.request_log is not None:
-            self.request_log.clear()
+        self.service.clear_log()
 
     def log_rows(self) -> list[list[str]]:
         t = self.log_table
@@ -456,8 +414,4 @@ class ServerPage(Page):
                 for r in range(t.rowCount())]
 
     def shutdown(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        if self.controller is not None and self.controller.is_running:
-            self.controller.stop(grace_s=0.5)
+        self.service.shutdown()

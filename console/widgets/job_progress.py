@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from console.pages.jobs import BackgroundJob, fmt_eta
+from console.jobs import BackgroundJob, fmt_eta
 
 
 class JobProgress(QWidget):

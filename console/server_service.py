@@ -1,0 +1,148 @@
+"""The console's API server as a model, free of Qt (napari-style): it owns the server (an
+engine.api ServerController over the console's engine), its request log, its API key and the
+engine's queue limit. The Server page is a view bound to it; the Benchmark page asks it for the
+URL and key of "this console's server". Start and stop run on a worker thread
+(console.threads): binding and uvicorn's start-up, or a stop's grace period, never block the
+caller; `on_done(url, error)` is called on that thread when they end."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from console.threads import start_thread
+
+log = logging.getLogger(__name__)
+
+LOG_ROWS = 500
+Done = Callable[[str, str], None]  # (url or "", error or "")
+
+
+class ServerService:
+    def __init__(self, engine: Callable[[], Any], key_store: Any,
+                 poller: Callable[[], Any] = lambda: None):
+        self._engine = engine  # the console's engine, once it exists
+        self._poller = poller  # the telemetry poller behind /v1/telemetry
+        self.key_store = key_store  # console.api_key_store.ApiKeyStore
+        self.api_key: str = key_store.load()
+        self.controller = None
+        self.request_log = None
+        self.url: str | None = None
+        self._busy = False
+        self._log_listeners: list[Callable[[Any], None]] = []
+        self._unsubscribe = None
+
+    # ------------------------------------------------------------------ state
+    def running(self) -> bool:
+        return self.controller is not None and self.controller.is_running
+
+    def busy(self) -> bool:
+        return self._busy
+
+    def key(self) -> str | None:
+        """The key clients must send, or None for an open (loopback) server."""
+        return self.api_key.strip() or None
+
+    def set_key(self, key: str, save: bool = False) -> None:
+        self.api_key = key
+        if save:
+            self.key_store.save(key)
+
+    def generate_key(self) -> str:
+        key = secrets.token_urlsafe(24)
+        self.set_key(key, save=True)
+        return key
+
+    def set_queue_limit(self, limit: int) -> None:
+        """Hand the queue limit to the engine, its one owner (Chat shares it; the admission
+        middleware answers 429 from it before parsing a body); safe while requests run."""
+        engine = self._engine()
+        if engine is not None and hasattr(engine, "set_max_waiting"):
+            engine.set_max_waiting(int(limit))
+
+    def on_log_entry(self, fn: Callable[[Any], None]) -> None:
+        """`fn(RequestLogEntry)`, called on the server's thread as each request finishes."""
+        self._log_listeners.append(fn)
+
+    def clear_log(self) -> None:
+        if self.request_log is not None:
+            self.request_log.clear()
+
+    # ------------------------------------------------------------------ start / stop
+    def start_problem(self, host: str) -> str | None:
+        """Why a start on `host` would be refused now, or None."""
+        if self._busy or self.running():
+            return "The server is already running."
+        if self._engine() is None:
+            return ("The engine is not running yet: wait for it or load a model on the "
+                    "Models page.")
+        if host != "127.0.0.1" and not self.key():
+            return "Listening on the network needs an API key: press Generate."
+        return None
+
+    def start(self, host: str, port: int, cors: str, on_done: Done) -> str | None:
+        """Start on a worker thread; a reason (and nothing started) when it cannot."""
+        problem = self.start_problem(host)
+        if problem:
+            return problem
+        engine, key, poller = self._engine(), self.key(), self._poller()
+        self._busy = True
+
+        def work():
+            # fastapi/uvicorn/pydantic import here, never on the GUI thread: the import takes
+            # a while, and racing a model load's imports of pydantic broke it half-initialised
+            try:
+                from engine.api.request_log import RequestLog
+                from engine.api.server import ServerController
+                from engine.api.settings import parse_origins
+
+                if self.controller is None or self.controller.engine is not engine:
+                    if self.request_log is None:
+                        self.request_log = RequestLog(LOG_ROWS)
+                        self._unsubscribe = self.request_log.subscribe(self._log_entry)
+                    self.controller = ServerController(engine, request_log=self.request_log,
+                                                       telemetry_poller=poller)
+                url = self.controller.start(host, port, api_key=key,
+                                            cors_origins=parse_origins(cors))
+            except Exception as exc:  # noqa: BLE001 - shown as one line on the page
+                self._done(on_done, "", str(exc).splitlines()[0] or type(exc).__name__)
+            else:
+                self._done(on_done, url, "")
+
+        start_thread(work, "server-start")
+        return None
+
+    def stop(self, on_done: Done) -> bool:
+        if self._busy or not self.running():
+            return False
+        controller = self.controller
+        self._busy = True
+
+        def work():
+            try:
+                controller.stop(grace_s=2.0)
+            except Exception as exc:  # noqa: BLE001
+                self._done(on_done, "", str(exc).splitlines()[0])
+            else:
+                self._done(on_done, "", "")
+
+        start_thread(work, "server-stop")
+        return True
+
+    def shutdown(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.running():
+            self.controller.stop(grace_s=0.5)
+
+    def _done(self, on_done: Done, url: str, error: str) -> None:
+        self.url = url or None
+        self._busy = False
+        on_done(url, error)
+
+    def _log_entry(self, entry: Any) -> None:
+        for fn in list(self._log_listeners):
+            fn(entry)

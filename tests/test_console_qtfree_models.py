@@ -1,0 +1,145 @@
+"""The console's Qt-free models (napari-style): ChatSession, ServerService and BenchHistory work,
+and import, without Qt; pages are views bound to them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from console.bench_history import BenchHistory, offline_rows, serving_rows, serving_summary
+from console.chat_session import ChatSession, reply_stats
+from console.chat_store import ChatStore
+from console.pages.bench_store import BenchRecord, BenchStore
+from console.server_service import ServerService
+
+
+class _Keys:
+    def __init__(self, key=""):
+        self.saved = key
+
+    def load(self):
+        return self.saved
+
+    def save(self, key):
+        self.saved = key
+
+
+class _Engine:
+    def __init__(self):
+        self.limit = None
+
+    def set_max_waiting(self, n):
+        self.limit = n
+
+
+def test_the_models_import_without_qt():
+    code = ("import sys, console.server_service, console.bench_history, console.threads,"
+            " console.chat_session;"
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('PySide6','pyqtgraph','qasync')];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_server_service_owns_key_limit_and_refusals():
+    engine = None
+    keys = _Keys("stored")
+    svc = ServerService(lambda: engine, keys)
+    assert svc.key() == "stored" and not svc.running() and svc.url is None
+    assert "engine is not running" in svc.start_problem("127.0.0.1")
+    assert svc.start("127.0.0.1", 1, "", lambda u, e: None) is not None  # nothing started
+    engine = _Engine()
+    svc.set_key("  ")
+    assert svc.key() is None
+    assert "needs an API key" in svc.start_problem("0.0.0.0")
+    assert svc.start_problem("127.0.0.1") is None
+    key = svc.generate_key()
+    assert len(key) >= 24 and keys.saved == key and svc.start_problem("0.0.0.0") is None
+    svc.set_queue_limit(7)
+    assert engine.limit == 7
+    assert svc.stop(lambda u, e: None) is False  # not running
+
+
+def test_server_service_starts_and_stops_on_its_own_thread(stories_dir):
+    from engine.runtime import EngineConfig, LocalEngine
+
+    eng = LocalEngine(EngineConfig(num_threads=1))
+    svc = ServerService(lambda: eng, _Keys())
+    done = []
+    ended = threading.Event()
+
+    def on_done(url, error):
+        done.append((url, error, threading.current_thread().name))
+        ended.set()
+    try:
+        assert svc.start("127.0.0.1", 0, "", on_done) is None
+        assert ended.wait(60) and done[0][1] == "" and done[0][2] == "server-start"
+        assert svc.running() and svc.url == done[0][0] and not svc.busy()
+        ended.clear()
+        assert svc.stop(on_done)
+        assert ended.wait(30) and done[1][2] == "server-stop"
+        assert not svc.running() and svc.url is None
+    finally:
+        svc.shutdown()
+        eng.shutdown()
+
+
+def test_bench_history_keeps_runs_newest_first(tmp_path):
+    hist = BenchHistory(BenchStore(tmp_path / "runs.json"))
+    assert hist.reload() == [] and hist.current is None
+    for i in range(3):
+        hist.add(BenchRecord("serving", f"2026-01-0{i + 1}T00:00:00", f"run {i}", {}, []))
+    assert [r.title for r in hist.records] == ["run 2", "run 1", "run 0"]
+    assert hist.current.title == "run 2"
+    assert [r.title for r in BenchHistory(BenchStore(tmp_path / "runs.json")).reload()] == \
+        ["run 2", "run 1", "run 0"]
+
+
+def test_result_tables_and_summary():
+    doc = {"batches": [{"batch_size": 4, "output_tokens_per_s": 12.34, "ttft_ms_mean": None}]}
+    assert offline_rows(doc)[0][:3] == ["4", "12.3", "—"]
+    serving = {"metrics": {"ttft_ms": {"mean": 1.0, "p50": 2.0}, "completed": 3,
+                           "request_goodput": None}}
+    assert serving_rows(serving)[0] == ["TTFT", "1.0", "2.0", "—", "—"]
+    assert "<b>3</b> requests ok" in serving_summary(serving) and "off (no SLO)" in \
+        serving_summary(serving)
+
+
+def test_chat_session_turns_ab_and_storage(tmp_path):
+    from engine.runtime.types import SamplingParams
+
+    s = ChatSession(ChatStore(tmp_path))
+    assert s.save() is False  # an empty chat is not kept
+    s.add_user_turn("What is the capital of France? " * 3)
+    assert s.conv.title.endswith("…") and len(s.conv.title) == 49
+    s.set_ab(True, "b")
+    assert [p.model for p in s.conv.panes][1] == "b" and len(s.conv.panes[1].messages) == 1
+    params = SamplingParams(max_tokens=4)
+    turns = s.turn_requests({"system_prompt": "Be brief.", "temperature": 0.5}, params,
+                            ["a", "b"])
+    assert [(i, r.model) for i, _reply, r in turns] == [(0, "a"), (1, "b")]
+    assert turns[0][2].messages[0] == {"role": "system", "content": "Be brief."}
+    assert s.conv.params == {"temperature": 0.5}
+    for i, reply, _r in turns:
+        reply.content = "Paris"
+        s.conv.panes[i].messages.append(reply)
+    assert s.drop_last_replies() is True
+    assert all(p.messages[-1].role == "user" for p in s.conv.panes)
+    assert s.save() is True
+    again = ChatSession(ChatStore(tmp_path))
+    again.open(s.conv.id)
+    assert len(again.conv.panes) == 2 and again.conv.system_prompt == "Be brief."
+    assert again.truncate(0).role == "user" and again.conv.empty
+    again.new("b", ab=True)
+    assert len(again.conv.panes) == 2 and again.conv.empty
+
+
+def test_reply_stats_from_a_finish_event():
+    from engine.runtime.types import FinishEvent, RequestTimings, Usage
+
+    fin = FinishEvent("r", "stop", Usage(5, 11), RequestTimings(arrival=0.0, queue_s=0.0,
+                      ttft_s=0.5, e2e_s=1.5, tpot_s=0.1, itl_s=()), "m")
+    st = reply_stats(fin)
+    assert st["tokens_per_s"] == 10.0 and st["finish"] == "stop" and "reasoning_tokens" not in st
