@@ -1,7 +1,9 @@
-"""Model loading, the one path every front end takes (LocalEngine.load / add_model / swap; the
-console's EngineHost and the CLI through them): a loader thread produces a LoadedModel, the
-variant (runner, KV cache, scheduler) is built there too, and the engine thread adds it. The
-Job carries progress and cancel; a cancelled load raises engine.runtime.types.Cancelled."""
+"""Model loading into the engine, one path (LocalEngine.load / add_model / swap; the console's
+EngineHost uses load): a loader thread produces a LoadedModel (engine.models.load_model, or one
+the caller loaded: the CLI loads on a short-lived thread, engine.runtime.threads, and hands it
+to add_model), the variant (runner, KV cache, scheduler) is built there too, and the engine
+thread adds it. The Job carries progress and cancel; a cancelled load raises
+engine.runtime.types.Cancelled."""
 
 from __future__ import annotations
 
