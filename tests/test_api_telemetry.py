@@ -197,7 +197,7 @@ def test_stream_sends_a_snapshot_per_sample_at_the_poller_cadence(server):
     assert INTERVAL_S * 0.5 < sum(gaps) / len(gaps) < INTERVAL_S * 5, gaps
 
 
-def test_telemetry_is_503_when_the_server_has_no_poller():
+def test_telemetry_is_404_when_the_server_has_no_poller():
     from engine.api import ServerController
     from engine.runtime import EngineConfig, LocalEngine
 
@@ -207,7 +207,7 @@ def test_telemetry_is_503_when_the_server_has_no_poller():
         url = controller.start("127.0.0.1", 0)
         for route in ("/v1/telemetry", "/v1/telemetry/stream"):
             reply = httpx.get(url + route, timeout=30)
-            assert reply.status_code == 503
+            assert reply.status_code == 404
             assert reply.json()["error"]["code"] == "telemetry_unavailable"
     finally:
         controller.stop(grace_s=1)

@@ -3,7 +3,7 @@ sample at the poller's cadence): the device view of `npu-console smi --json`, ov
 
 Both sit behind the API key like every route but /health. The poller is the one the app was
 built with (`build_app(..., telemetry_poller=)`: `serve` makes one, the GUI passes its own);
-without one both answer 503. Streams end when the server stops (`TelemetryStreams.close_all`),
+without one both answer 404 (telemetry off). Streams end when the server stops (`TelemetryStreams.close_all`),
 so an open dashboard never holds a shutdown for its grace period.
 """
 
@@ -75,7 +75,8 @@ def _offer_threadsafe(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, ite
 def _poller(request: Request):
     poller = getattr(request.app.state, "telemetry_poller", None)
     if poller is None:
-        raise ApiError(503, "telemetry is off on this server (npu-console serve "
+        # 404, not 503: nothing is failing, this server simply has no telemetry to give
+        raise ApiError(404, "telemetry is off on this server (npu-console serve "
                             "--telemetry-source off, or an embedding without a poller)",
                        code="telemetry_unavailable")
     return poller
