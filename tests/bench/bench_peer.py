@@ -1,0 +1,166 @@
+"""Our INT8 engine beside llama.cpp on the same weights, in one run, interleaved.
+
+    python tests/bench/bench_peer.py --model ../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        [--llama-bin /tmp/llama-cpp/build/bin] [--variants w8a16,w8a8-dynamic] [--rounds 3] \\
+        [--append-docs docs/benchmarks.md]
+
+llama.cpp's tools come from ../shared/tools/build_llama_cpp.sh (or --llama-bin). From one model
+(a GGUF, or a Hugging Face folder that llama.cpp's own convert_hf_to_gguf.py turns into one) it
+makes the Q8_0 llama.cpp runs, and our engine quantizes the same float weights to each variant.
+Each round runs, for every batch size, llama.cpp then each of our variants (decode at batch 1
+with `llama-bench`, at 8 and 16 with `llama-batched-bench`, aggregate tokens/s; ours with
+`npu-console bench offline`), then prefill of --prefill tokens; figures are medians over rounds
+and ratios are ours / llama.cpp Q8_0. It prints the CPU flags that decide kernel choices, and
+with --append-docs adds the table to docs/benchmarks.md. Needs a quiet machine: both engines
+spin OpenMP threads, and a busy second core costs either of them up to 100x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+         "avx_vnni", "amx_tile")
+
+
+def cpu_flags() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from engine.devices import cpu_flags as flags
+
+    have = flags()
+    return [f for f in FLAGS if f in have]
+
+
+def run(cmd: list[str], timeout: int = 1800) -> str:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"failed ({res.returncode}): {' '.join(map(str, cmd))}\n"
+                         f"{res.stderr[-2000:]}")
+    return res.stdout
+
+
+def to_gguf(model: Path, llama_bin: Path, work: Path) -> Path:
+    if model.suffix == ".gguf":
+        return model
+    script = llama_bin.parents[1] / "convert_hf_to_gguf.py"
+    if not script.is_file():  # the build script's layout: OUT/build/bin, OUT/llama_cpp_python-*/...
+        found = sorted(llama_bin.parents[1].glob("llama_cpp_python-*/vendor/llama.cpp/"
+                                                 "convert_hf_to_gguf.py"))
+        if not found:
+            raise SystemExit("no convert_hf_to_gguf.py beside the llama.cpp build")
+        script = found[-1]
+    out = work / f"{model.name}-f16.gguf"
+    run([sys.executable, script, model, "--outfile", out, "--outtype", "f16"])
+    return out
+
+
+def llama_decode(bin_dir: Path, q8: Path, batch: int, n: int, threads: int) -> float:
+    if batch == 1:
+        out = run([bin_dir / "llama-bench", "-m", q8, "-t", threads, "-p", 0, "-n", n, "-r", 1,
+                   "-o", "jsonl"])
+        return float(json.loads(out.strip().splitlines()[-1])["avg_ts"])
+    out = run([bin_dir / "llama-batched-bench", "-m", q8, "-t", threads, "-c", 4096, "-b", 512,
+               "-ub", 512, "-npp", 32, "-ntg", n, "-npl", batch, "--output-format", "jsonl"])
+    rows = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    return float(rows[-1]["speed_tg"])
+
+
+def llama_prefill(bin_dir: Path, q8: Path, n: int, threads: int) -> float:
+    out = run([bin_dir / "llama-bench", "-m", q8, "-t", threads, "-p", n, "-n", 0, "-r", 1,
+               "-o", "jsonl"])
+    return float(json.loads(out.strip().splitlines()[-1])["avg_ts"])
+
+
+def ours(model: Path, quant: str, batch: int, input_len: int, output_len: int,
+         threads: int) -> dict:
+    out = run([sys.executable, "-m", "engine.cli.main", "bench", "offline", "--model", model,
+               "--quant", quant, "--batch-sizes", batch, "--input-len", input_len,
+               "--output-len", output_len, "--threads", threads, "--json"])
+    return json.loads(out)["batches"][0]
+
+
+def median_table(samples: dict) -> dict:
+    return {k: statistics.median(v) for k, v in samples.items() if v}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, required=True, help="a GGUF file or an HF folder")
+    p.add_argument("--llama-bin", type=Path, default=Path("/tmp/llama-cpp/build/bin"))
+    p.add_argument("--variants", default="w8a16,w8a8-dynamic")
+    p.add_argument("--batches", default="1,8,16")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prefill", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--append-docs", type=Path, default=None)
+    args = p.parse_args(argv)
+    for tool in ("llama-bench", "llama-batched-bench", "llama-quantize"):
+        if not (args.llama_bin / tool).is_file():
+            raise SystemExit(f"{args.llama_bin / tool} missing: run "
+                             "../shared/tools/build_llama_cpp.sh or pass --llama-bin")
+    variants = args.variants.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    flags = cpu_flags()
+    print(f"CPU flags: {' '.join(flags)}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
+        work = Path(tmp)
+        model = to_gguf(args.model.resolve(), args.llama_bin, work)
+        q8 = work / "q8_0.gguf"
+        run([args.llama_bin / "llama-quantize", "--allow-requantize", model, q8, "Q8_0",
+             args.threads])
+        samples: dict[tuple, list[float]] = {}
+        t0 = time.monotonic()
+        for r in range(args.rounds):
+            for b in batches:
+                samples.setdefault(("llama.cpp Q8_0", b), []).append(
+                    llama_decode(args.llama_bin, q8, b, args.new_tokens, args.threads))
+                for v in variants:
+                    row = ours(model, v, b, 32, args.new_tokens, args.threads)
+                    samples.setdefault((v, b), []).append(row["decode_tokens_per_s"])
+            samples.setdefault(("llama.cpp Q8_0", "prefill"), []).append(
+                llama_prefill(args.llama_bin, q8, args.prefill, args.threads))
+            for v in variants:
+                row = ours(model, v, 1, args.prefill, 8, args.threads)
+                samples.setdefault((v, "prefill"), []).append(
+                    args.prefill / (row["ttft_ms_mean"] / 1000.0))
+            print(f"round {r + 1}/{args.rounds} done ({time.monotonic() - t0:.0f} s)",
+                  file=sys.stderr)
+    med = median_table(samples)
+    cols = [*batches, "prefill"]
+    head = ("| engine | " + " | ".join(f"batch {c} tok/s" if c != "prefill"
+                                       else f"prefill {args.prefill} tok/s" for c in cols)
+            + " |")
+    lines = [head, "|" + "---|" * (len(cols) + 1)]
+    for name in ["llama.cpp Q8_0", *variants]:
+        cells = []
+        for c in cols:
+            ours_v = med.get((name, c))
+            peer = med.get(("llama.cpp Q8_0", c))
+            ratio = "" if name.startswith("llama") or not peer else f" ({ours_v / peer:.2f}x)"
+            cells.append(f"{ours_v:.1f}{ratio}" if ours_v is not None else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    header = (f"`python tests/bench/bench_peer.py --model {args.model} --rounds {args.rounds} "
+              f"--variants {args.variants}` ({time.strftime('%Y-%m-%d %H:%M')}, "
+              f"{args.threads} threads; CPU flags: {' '.join(flags)}; medians of "
+              f"{args.rounds} interleaved rounds, ratios vs llama.cpp Q8_0 of the same file)")
+    print(header)
+    print(table)
+    if args.append_docs:
+        with open(args.append_docs, "a", encoding="utf-8") as f:
+            f.write(f"\n### Peer run\n\n{header}\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
