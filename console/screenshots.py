@@ -67,3 +67,21 @@ def capture_all(options: LaunchOptions, out_dir: str | Path, prompt: str = "Once
         window.close()
         QApplication.instance().processEvents()
     return paths
+
+
+def capture_demo(window, out: Path, model_a: str, model_b: str, questions: tuple[str, ...],
+                 timeout_s: float = 180.0) -> Path:
+    """Demo mode at a projector size, both models asked each question in turn."""
+    demo = window.open_demo()
+    demo.showNormal()  # the offscreen screen is small: take the shot at a projector size
+    demo.resize(1600, 900)
+    demo.panes[0][0].setCurrentText(model_a)
+    demo.panes[1][0].setCurrentText(model_b)
+    for question in questions:
+        demo.send(question)
+        pump_until(lambda: not demo.busy(), timeout_s)
+        _settle(2000)
+    path = out / "demo.png"
+    demo.grab().save(str(path))
+    demo.close()
+    return path

@@ -31,7 +31,7 @@ def capture_chat_model(gguf: Path, out: Path, home: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
     from console.app import LaunchOptions, build_window
-    from console.screenshots import LOAD_TIMEOUT_S, _save, _settle
+    from console.screenshots import LOAD_TIMEOUT_S, _save, _settle, capture_demo
     from console.testing import model_names, pump_until
 
     out.mkdir(parents=True, exist_ok=True)
@@ -66,19 +66,7 @@ def capture_chat_model(gguf: Path, out: Path, home: Path) -> list[Path]:
         _settle(800)
         paths.append(_save(window, out, "chat-ab"))
 
-        demo = window.open_demo()
-        demo.showNormal()  # the offscreen screen is small: take the shot at a projector size
-        demo.resize(1600, 900)
-        demo.panes[0][0].setCurrentText(float_name)
-        demo.panes[1][0].setCurrentText(model_names(window)[-1])
-        for question in QUESTIONS:
-            demo.send(question)
-            pump_until(lambda: not demo.busy(), 180)
-            _settle(1500)
-        path = out / "demo.png"
-        demo.grab().save(str(path))
-        paths.append(path)
-        demo.close()
+        paths.append(capture_demo(window, out, float_name, model_names(window)[-1], QUESTIONS))
     finally:
         window.close()
         QApplication.instance().processEvents()

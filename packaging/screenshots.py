@@ -162,20 +162,10 @@ def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list
         server.stop()
         pump_until(lambda: not server.running() and not server.busy(), 30)
 
-        demo = window.open_demo()
-        demo.showNormal()  # the offscreen screen is small: take the shot at a projector size
-        demo.resize(1600, 900)
-        names = model_names(window)
-        demo.panes[0][0].setCurrentText(float_name)
-        demo.panes[1][0].setCurrentText(names[-1])
-        for question in ("What is a tuple?", "The list type"):
-            demo.send(question)
-            pump_until(lambda: not demo.busy(), 120)
-            _settle(2500)
-        path = out / "demo.png"
-        demo.grab().save(str(path))
-        paths.append(path)
-        demo.close()
+        from console.screenshots import capture_demo
+
+        paths.append(capture_demo(window, out, float_name, model_names(window)[-1],
+                                  ("What is a tuple?", "The list type"), 120))
     finally:
         window.close()
         from PySide6.QtWidgets import QApplication
