@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import re
 import subprocess
 import sys
 import threading
@@ -25,26 +23,14 @@ import time
 from pathlib import Path
 
 import httpx
+from serve_proc import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_server(root: Path, model: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.main", "serve", "--model", model, "--port", "0",
-         "--threads", "1", "--log-level", "warning", "--stream-interval-ms", "0",
-         "--max-body-bytes", "2000000"],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"at (http://\S+)/v1", line)
-        if m:
-            return proc, m.group(1)
-        if not line and proc.poll() is not None:
-            break
-    raise SystemExit("serve did not start")
+    return start_serve(root, "--model", model, "--threads", "1", "--stream-interval-ms", "0",
+                       "--max-body-bytes", "2000000")
 
 
 class OpenStreams:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import re
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from serve_proc import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,20 +37,7 @@ def rss_mb(pid: int) -> float:
 
 
 def start_server(model: str, concurrency: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.main", "serve", "--model", model, "--port", "0",
-         "--log-level", "warning", "--max-queue", str(max(256, concurrency * 2))],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"at (http://\S+)/v1", line)
-        if m:
-            return proc, m.group(1)
-        if not line and proc.poll() is not None:
-            break
-    raise SystemExit("serve did not start")
+    return start_serve(ROOT, "--model", model, "--max-queue", str(max(256, concurrency * 2)))
 
 
 async def one_request(client: httpx.AsyncClient, rng: random.Random) -> tuple[int, bool]:
