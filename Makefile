@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test venv lint serve screenshots dist bundle install-desktop icons clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
@@ -23,7 +23,7 @@ venv: $(STAMP)
 # to use Xvfb / offscreen, or to run the headless API instead (`make serve`).
 CHAT_DIR ?= models/smollm2-135m-instruct
 run: $(STAMP)
-	@if model=$$($(BIN)/python -m engine.models.starter --dest $(CHAT_DIR) 2>.starter-note); then \
+	@if model=$$($(BIN)/python -m npu_console.engine.models.starter --dest $(CHAT_DIR) 2>.starter-note); then \
 	  rm -f .starter-note; $(BIN)/npu-console gui --model "$$model"; \
 	else \
 	  cat .starter-note >&2; note=$$(cat .starter-note); rm -f .starter-note; \
@@ -37,7 +37,7 @@ serve: $(STAMP)
 	$(BIN)/npu-console serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine console tests
+	$(BIN)/ruff check npu_console engine console tests
 
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python packaging/screenshots.py docs/screenshots

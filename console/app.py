@@ -12,14 +12,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from npu_console.console.context import ConsoleContext
+from npu_console.console.main_window import MainWindow
+from npu_console.console.settings import open_settings
+from npu_console.console.signals import install_quit_signals
+from npu_console.console.theme import app_icon, apply_theme
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-
-from console.context import ConsoleContext
-from console.main_window import MainWindow
-from console.settings import open_settings
-from console.signals import install_quit_signals
-from console.theme import app_icon, apply_theme
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def start_background(ctx: ConsoleContext, options: LaunchOptions) -> None:
     ctx.engine_host.start()
     model = options.model
     if model is None:
-        from engine.paths import DEMO_MODEL_DIR
+        from npu_console.engine.paths import DEMO_MODEL_DIR
 
         # a checkout without the trained demo model still opens; the user picks a folder
         model = str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists() else ""

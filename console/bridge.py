@@ -109,7 +109,7 @@ class EngineBridge(QObject):
         refusal there (a prompt over the context) ends the stream with an error finish."""
         engine = self.engine
         if engine is None:
-            from engine.runtime.types import NoModelLoadedError
+            from npu_console.engine.runtime.types import NoModelLoadedError
 
             raise NoModelLoadedError("The engine is not running yet; load a model first.")
         validate = getattr(engine, "validate", None)
@@ -154,7 +154,7 @@ class EngineBridge(QObject):
             return [rid for rid, s in self._streams.items() if s.finish is None]
 
     def _read(self, stream: _Stream) -> None:
-        from engine.runtime.types import FinishEvent, TokenEvent
+        from npu_console.engine.runtime.types import FinishEvent, TokenEvent
 
         try:
             for event in stream.handle:
@@ -260,7 +260,7 @@ class EngineBridge(QObject):
 
 
 def _error_finish(request_id: str, message: str):
-    from engine.runtime.types import FinishEvent, RequestTimings, Usage
+    from npu_console.engine.runtime.types import FinishEvent, RequestTimings, Usage
 
     now = time.time()
     return FinishEvent(request_id=request_id, finish_reason="error", usage=Usage(0, 0),

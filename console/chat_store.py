@@ -10,8 +10,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.atomic_files import keep_corrupt
-from engine.paths import state_dir
+from npu_console.engine.atomic_files import keep_corrupt
+from npu_console.engine.paths import state_dir
 
 
 @dataclass

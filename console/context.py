@@ -7,13 +7,12 @@ import logging
 import threading
 import time
 
+from npu_console.console.api_key_store import ApiKeyStore
+from npu_console.console.bridge import EngineBridge
+from npu_console.console.engine_host import EngineHost
+from npu_console.console.server_service import ServerService
+from npu_console.console.telemetry_control import TelemetryControl
 from PySide6.QtCore import QObject, Signal
-
-from console.api_key_store import ApiKeyStore
-from console.bridge import EngineBridge
-from console.engine_host import EngineHost
-from console.server_service import ServerService
-from console.telemetry_control import TelemetryControl
 
 log = logging.getLogger(__name__)
 

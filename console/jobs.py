@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from npu_console.console.threads import start_thread
+from npu_console.engine.runtime.types import Cancelled
 from PySide6.QtCore import QObject, Signal
-
-from console.threads import start_thread
-from engine.runtime.types import Cancelled
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from npu_console.console.app import LaunchOptions, build_window
 from PySide6.QtWidgets import QApplication
-
-from console.app import LaunchOptions, build_window
 
 
 def make_window(settings_dir: str | Path, **options):

@@ -43,7 +43,7 @@ class BuildInfo:
 
 def _recorded() -> BuildInfo | None:
     try:
-        rec = importlib.import_module("engine._build_flavour")
+        rec = importlib.import_module("npu_console.engine._build_flavour")
     except ImportError:
         return None
     flavour = getattr(rec, "FLAVOUR", None)

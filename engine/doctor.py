@@ -56,7 +56,7 @@ def check_torch() -> list[Check]:
                          f"torch_npu {base_n} needs torch {base_n}: pip install torch=={base_n}"))
     else:
         out.append(Check("torch_npu", "ok", f"{nv} (matches torch {tv})"))
-    from engine.devices import npu_import_error
+    from npu_console.engine.devices import npu_import_error
 
     err = npu_import_error()
     if err:
@@ -149,8 +149,8 @@ def check_nvidia() -> Check:
 
 
 def check_devices() -> list[Check]:
-    from engine.devices import list_devices
-    from engine.models.memory import format_bytes
+    from npu_console.engine.devices import list_devices
+    from npu_console.engine.models.memory import format_bytes
 
     out = []
     for d in list_devices():
@@ -165,7 +165,7 @@ def check_devices() -> list[Check]:
 def check_cpu_kernels() -> Check:
     """Which CPU kernels decode steps use (fp32 and INT8 products); builds the native ones if
     needed."""
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
 
     info = native.build()
     flags = native.cpu_flags()
@@ -196,8 +196,8 @@ def check_env() -> Check:
 
 
 def check_demo_model() -> Check:
-    from engine.models.folder import inspect_model_folder
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.engine.models.folder import inspect_model_folder
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     report = inspect_model_folder(DEMO_MODEL_DIR)
     if not report.ok:
@@ -209,7 +209,7 @@ def check_demo_model() -> Check:
 def check_gui_extra() -> Check:
     """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
     without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
-    from engine.cli.gui_cmd import GUI_MODULES, missing_gui_modules
+    from npu_console.engine.cli.gui_cmd import GUI_MODULES, missing_gui_modules
 
     missing = missing_gui_modules()
     if missing:
@@ -236,7 +236,7 @@ def check_display() -> Check:
 
 
 def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
-    from engine.paths import state_dir
+    from npu_console.engine.paths import state_dir
 
     checks = [check_python()]
     checks += check_torch()

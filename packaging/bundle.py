@@ -357,7 +357,7 @@ def project_version() -> str:
 def add_chat_model(bundle: Path) -> Path:
     """SmolLM2-135M-Instruct (the GGUF `make run` opens, sha256-checked) under models/."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from engine.models.starter import FetchError, fetch
+    from npu_console.engine.models.starter import FetchError, fetch
 
     try:
         return fetch(bundle / "models" / "smollm2-135m-instruct")

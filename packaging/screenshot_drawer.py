@@ -36,9 +36,9 @@ def capture_folder(home: Path) -> Path | None:
 def capture_drawer(out: Path, home: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
-    from console.app import LaunchOptions, build_window
-    from console.screenshots import _save, _settle
-    from console.testing import pump_until
+    from npu_console.console.app import LaunchOptions, build_window
+    from npu_console.console.screenshots import _save, _settle
+    from npu_console.console.testing import pump_until
 
     folder = capture_folder(home)
     if folder is None:

@@ -21,10 +21,10 @@ QUESTIONS = ("Hello", "Which is larger, 37 or 73?")
 def capture_thinking(out: Path, home: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
-    from console.app import LaunchOptions, build_window
-    from console.screenshots import LOAD_TIMEOUT_S, _save, _settle
-    from console.testing import model_names, pump_until
-    from engine.paths import THINK_MODEL_DIR
+    from npu_console.console.app import LaunchOptions, build_window
+    from npu_console.console.screenshots import LOAD_TIMEOUT_S, _save, _settle
+    from npu_console.console.testing import model_names, pump_until
+    from npu_console.engine.paths import THINK_MODEL_DIR
 
     out.mkdir(parents=True, exist_ok=True)
     window = build_window(LaunchOptions(model=str(THINK_MODEL_DIR), theme="dark",

@@ -23,9 +23,9 @@ def main(argv: list[str]) -> int:
     argv = [a for a in argv if a != "--part2"]
     out = Path(argv[1] if len(argv) > 1 else ROOT / "docs" / "screenshots")
     os.environ.setdefault("NPU_CONSOLE_HOME", tempfile.mkdtemp(prefix="npc-shots-"))
-    from console.app import LaunchOptions
-    from console.screenshots import capture_all
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.console.app import LaunchOptions
+    from npu_console.console.screenshots import capture_all
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     model = DEMO_MODEL_DIR
     if not (model / "config.json").exists():
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
 
 def _calib_file(home: Path) -> str | None:
     """The shipped calibration text, or (in a checkout without it) the project's own docs."""
-    from engine.paths import CALIB_DIR
+    from npu_console.engine.paths import CALIB_DIR
 
     if (CALIB_DIR / "calibration.txt").is_file():
         return None
@@ -86,9 +86,9 @@ def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list
 
     import httpx
 
-    from console.app import LaunchOptions, build_window
-    from console.screenshots import LOAD_TIMEOUT_S, _save, _settle
-    from console.testing import model_names, pump_until
+    from npu_console.console.app import LaunchOptions, build_window
+    from npu_console.console.screenshots import LOAD_TIMEOUT_S, _save, _settle
+    from npu_console.console.testing import model_names, pump_until
 
     window = build_window(LaunchOptions(model=str(model), replay=replay, theme="dark",
                                         settings_path=str(home / "shots2.ini")))
@@ -162,7 +162,7 @@ def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list
         server.stop()
         pump_until(lambda: not server.running() and not server.busy(), 30)
 
-        from console.screenshots import capture_demo
+        from npu_console.console.screenshots import capture_demo
 
         paths.append(capture_demo(window, out, float_name, model_names(window)[-1],
                                   ("What is a tuple?", "The list type"), 120))

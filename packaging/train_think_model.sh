@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Passive OpenMP waits: on a shared machine spinning worker threads burn the CPU they wait for.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec python -m engine.demo.train_think --out assets/models/demo-think "$@"
+exec python -m npu_console.engine.demo.train_think --out assets/models/demo-think "$@"

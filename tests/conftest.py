@@ -42,7 +42,7 @@ def npu_smi_fixtures() -> Path:
 
 @pytest.fixture(scope="session")
 def think_model_dir() -> Path:
-    from engine.paths import THINK_MODEL_DIR
+    from npu_console.engine.paths import THINK_MODEL_DIR
 
     if not (THINK_MODEL_DIR / "config.json").exists():
         pytest.fail(f"reasoning demo model missing at {THINK_MODEL_DIR}: run "
@@ -52,7 +52,7 @@ def think_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def demo_model_dir() -> Path:
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     if not (DEMO_MODEL_DIR / "config.json").exists():
         pytest.fail(f"demo model missing at {DEMO_MODEL_DIR}: run packaging/train_demo_model.sh")

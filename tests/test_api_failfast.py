@@ -15,9 +15,8 @@ import httpx
 import pytest
 from fakes.faults import fatal_fault
 from fakes.serve_with_fault import CRASH_SEED
+from npu_console.engine.runtime import EngineConfig, LocalEngine
 from test_api_support import running_server, sse_events
-
-from engine.runtime import EngineConfig, LocalEngine
 
 TESTS = Path(__file__).resolve().parent
 

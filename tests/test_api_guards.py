@@ -14,10 +14,9 @@ import httpx
 import pytest
 from fakes.faults import breaking_handles
 from fakes.slow_steps import slowed_steps
+from npu_console.engine.api.settings import ApiSettings
+from npu_console.engine.runtime import EngineConfig, LocalEngine
 from test_api_support import metric_value, running_server, sse_events
-
-from engine.api.settings import ApiSettings
-from engine.runtime import EngineConfig, LocalEngine
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 from test_api_support import (
     STORY_PROMPT,
     default_engine,
@@ -12,8 +13,6 @@ from test_api_support import (
     stream_post,
     token_count,
 )
-
-from engine.runtime.types import GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +66,7 @@ def test_models_lists_every_variant_and_a_request_picks_one(url):
     # 64-wide layers sit in cache: the native fp32 kernel is for bigger ones (cpu_linear.py)
     assert {c["linear_kernels"] for c in cards.values()} == {"torch"}
     # decode-only steps of float32 models run as one native call (native_decode.py); bf16 not
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
     expect = "native" if native.available() else "torch"
     assert cards["stories"]["decode_step"] == cards["stories-w8a8-dynamic"]["decode_step"] == expect
     assert cards["stories-bf16"]["decode_step"] == "torch"
@@ -396,8 +395,8 @@ def test_prompt_logging_when_enabled(engine):
 
 
 def test_no_model_is_503_and_loading_is_503(stories_dir):
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
 
     empty = LocalEngine(EngineConfig(num_threads=1))
     try:
@@ -419,9 +418,9 @@ def test_no_model_is_503_and_loading_is_503(stories_dir):
 
 
 def test_metrics_include_device_telemetry_when_a_poller_is_given(engine, npu_smi_fixtures):
-    from engine.api import ServerController
-    from engine.telemetry.poller import TelemetryPoller
-    from engine.telemetry.providers import make_provider
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.telemetry.poller import TelemetryPoller
+    from npu_console.engine.telemetry.providers import make_provider
 
     source = make_provider("replay", replay_files=[npu_smi_fixtures / "a3_info_6.txt"])
     poller = TelemetryPoller(source, rules=[])
@@ -443,8 +442,13 @@ def test_first_token_is_its_own_group_even_when_the_rest_already_waits(engine):
     import asyncio
     import time
 
-    from engine.api.batch import Batch
-    from engine.runtime.types import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+    from npu_console.engine.api.batch import Batch
+    from npu_console.engine.runtime.types import (
+        FinishEvent,
+        GenerationRequest,
+        SamplingParams,
+        TokenEvent,
+    )
 
     handle = engine.submit(GenerationRequest(prompt=STORY_PROMPT, params=SamplingParams(
         max_tokens=12, temperature=0.0, ignore_eos=True)))

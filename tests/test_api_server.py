@@ -15,15 +15,14 @@ import time
 import httpx
 import pytest
 from fakes.slow_steps import slowed_steps
-from test_api_support import default_engine, sse_events
-
-from engine.api import (
+from npu_console.engine.api import (
     PortInUseError,
     ServerController,
     ServerStartError,
     UnsafeSettingsError,
     port_in_use,
 )
+from test_api_support import default_engine, sse_events
 
 pytestmark = pytest.mark.slow
 
@@ -161,7 +160,7 @@ def _wait_idle(engine, timeout: float = 10.0) -> bool:
 
 def _serve(*args: str, env=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.main", "serve", *args],
+        [sys.executable, "-m", "npu_console.engine.cli.main", "serve", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})})
 

@@ -26,8 +26,8 @@ def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str,
     """A LocalEngine with stories260K loaded as `name` and again under each extra name: a name
     ending in "-bf16" loads it in bfloat16, one ending in "-w8a16" or "-w8a8-dynamic" serves an
     INT8 copy quantized with that method (as `npu-console serve --quant` does)."""
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
 
     # one torch thread: on a shared 2-core machine two spinning OpenMP threads made decode of
     # this tiny model about 25x slower than one
@@ -41,8 +41,8 @@ def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str,
             for extra in extra_names:
                 method = next((m for m in ("w8a16", "w8a8-dynamic") if extra.endswith(m)), None)
                 if method:
-                    from engine.cli.serve_cmd import add_int8_variant
-                    from engine.models import load_model
+                    from npu_console.engine.cli.serve_cmd import add_int8_variant
+                    from npu_console.engine.models import load_model
 
                     add_int8_variant(eng, load_model(stories_dir), method, extra)
                 else:
@@ -65,7 +65,7 @@ def _shutdown_engines() -> None:
 
 @contextlib.contextmanager
 def running_server(engine, **start_kw):
-    from engine.api import ServerController
+    from npu_console.engine.api import ServerController
 
     controller = ServerController(engine)
     start_kw.setdefault("host", "127.0.0.1")

@@ -31,7 +31,7 @@ PROCESS_FIELDS = ("npu_id", "chip_id", "pid", "name", "memory_mb")
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli.main", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -40,7 +40,7 @@ class Serve:
 
     def __init__(self, *args: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli.main", "serve", "--port", "0", "--threads", "1",
+            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--port", "0", "--threads", "1",
              "--log-level", "warning", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
@@ -198,8 +198,8 @@ def test_stream_sends_a_snapshot_per_sample_at_the_poller_cadence(server):
 
 
 def test_telemetry_is_404_when_the_server_has_no_poller():
-    from engine.api import ServerController
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     engine = LocalEngine(EngineConfig())
     controller = ServerController(engine)

@@ -7,21 +7,26 @@ import json
 import socket
 
 import pytest
-from pydantic import ValidationError
-
-from engine.api import ApiSettings, RequestLog, RequestLogEntry, UnsafeSettingsError, port_in_use
-from engine.api.errors import ApiError, api_error_from_engine, validation_message
-from engine.api.openai_format import ChunkWriter
-from engine.api.ports import PortInUseError, bound_socket
-from engine.api.schemas import ChatCompletionRequest, CompletionRequest
-from engine.api.settings import is_loopback, parse_origins
-from engine.runtime.types import (
+from npu_console.engine.api import (
+    ApiSettings,
+    RequestLog,
+    RequestLogEntry,
+    UnsafeSettingsError,
+    port_in_use,
+)
+from npu_console.engine.api.errors import ApiError, api_error_from_engine, validation_message
+from npu_console.engine.api.openai_format import ChunkWriter
+from npu_console.engine.api.ports import PortInUseError, bound_socket
+from npu_console.engine.api.schemas import ChatCompletionRequest, CompletionRequest
+from npu_console.engine.api.settings import is_loopback, parse_origins
+from npu_console.engine.runtime.types import (
     ContextLengthError,
     FinishEvent,
     QueueFullError,
     RequestTimings,
     Usage,
 )
+from pydantic import ValidationError
 
 
 @pytest.mark.parametrize("host,expected", [

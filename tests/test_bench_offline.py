@@ -6,9 +6,8 @@ import json
 import threading
 
 import pytest
-
-from engine.bench import OfflineConfig, run_offline_sweep
-from engine.bench.hardware import measure_host_bandwidth, spec_bandwidth
+from npu_console.engine.bench import OfflineConfig, run_offline_sweep
+from npu_console.engine.bench.hardware import measure_host_bandwidth, spec_bandwidth
 
 
 def sweep(stories_dir, **kw):
@@ -67,7 +66,7 @@ def test_cancel_stops_between_batches(stories_dir):
 
 @pytest.mark.slow
 def test_cli_offline_json_and_files(stories_dir, tmp_path, capsys):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     rc = main(["bench", "offline", "--model", str(stories_dir), "--device", "cpu",
                "--batch-sizes", "2,1", "--input-len", "8", "--output-len", "4",
@@ -87,7 +86,7 @@ def test_cli_offline_json_and_files(stories_dir, tmp_path, capsys):
     (["--model", "/no/such/folder"], "no such folder"),
 ])
 def test_cli_offline_errors(stories_dir, capsys, argv, message):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     rc = main(["bench", "offline", "--model", str(stories_dir), "--device", "cpu"] + argv)
     err = capsys.readouterr().err
@@ -110,7 +109,7 @@ def test_host_bandwidth_keeps_the_days_best(tmp_path, monkeypatch):
     import time
 
     monkeypatch.setenv("NPU_CONSOLE_HOME", str(tmp_path))
-    from engine.bench.hardware import _cache_path
+    from npu_console.engine.bench.hardware import _cache_path
 
     now = measure_host_bandwidth(size_mb=64, passes=2)
     cache = json.loads(_cache_path().read_text())

@@ -7,17 +7,16 @@ import json
 import threading
 
 import pytest
-
-from engine.bench import ServingConfig, run_serving_benchmark
-from engine.bench.arrivals import send_offsets
+from npu_console.engine.bench import ServingConfig, run_serving_benchmark
+from npu_console.engine.bench.arrivals import send_offsets
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def server(stories_dir):
-    from engine.api import ServerController
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
     engine.load(stories_dir, name="stories").result(120)
@@ -123,7 +122,7 @@ def test_chat_endpoint_with_a_jsonl_dataset(server, tmp_path):
 
 
 def test_cli_bench_serve_writes_json_and_csv(server, tmp_path, capsys):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     url, _ = server
     rc = main(["bench", "serve", "--base-url", url + "/v1", "--model", "stories",
@@ -151,7 +150,7 @@ def test_cli_bench_serve_writes_json_and_csv(server, tmp_path, capsys):
     (["--base-url", "localhost:8000"], "must start with http"),
 ])
 def test_cli_errors_are_one_line(server, capsys, argv, message):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     url, _ = server
     base = ["bench", "serve", "--base-url", url, "--num-prompts", "2", "--concurrency", "1"]
@@ -170,7 +169,7 @@ def test_ctrl_c_stops_the_cli_and_still_writes_results(server, tmp_path):
     url, _ = server
     prefix = tmp_path / "interrupted"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.main", "bench", "serve", "--base-url", url,
+        [sys.executable, "-m", "npu_console.engine.cli.main", "bench", "serve", "--base-url", url,
          "--num-prompts", "200", "--concurrency", "1", "--input-len", "8", "--output-len", "10",
          "--out", str(prefix)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

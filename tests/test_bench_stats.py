@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import pytest
-
-from engine.bench.arrivals import send_offsets
-from engine.bench.progress import write_outputs
-from engine.bench.prompts import DatasetError, load_dataset, random_word_prompts
-from engine.bench.stats import SLO, RequestRecord, compute_metrics, peak_concurrency
+from npu_console.engine.bench.arrivals import send_offsets
+from npu_console.engine.bench.progress import write_outputs
+from npu_console.engine.bench.prompts import DatasetError, load_dataset, random_word_prompts
+from npu_console.engine.bench.stats import SLO, RequestRecord, compute_metrics, peak_concurrency
 
 
 def rec(i, ttft, e2el, out, itl=(), ok=True, start=0.0, prompt=10):

@@ -13,7 +13,7 @@ import pytest
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "engine.cli.main", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, check=False)
 
 
@@ -33,7 +33,7 @@ def test_doctor_json_says_there_is_no_npu_and_why():
         assert drv["fix"]
     assert names["device cpu"]["status"] == "ok"
     kern = names["cpu kernels"]
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
     if native.available():
         assert kern["status"] == "ok" and "native AVX2" in kern["detail"]
     else:  # says which kernels run instead, and why

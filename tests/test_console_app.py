@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gui
 
 
 def test_gui_without_display_explains_and_exits_2(monkeypatch, capsys):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     for var in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
         monkeypatch.delenv(var, raising=False)
@@ -25,14 +25,14 @@ def test_gui_without_display_explains_and_exits_2(monkeypatch, capsys):
 
 
 def test_gui_rejects_missing_replay_file(capsys, tmp_path):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     assert main(["gui", "--replay", str(tmp_path / "none.txt")]) == 2
     assert "replay capture not found" in capsys.readouterr().err
 
 
 def test_settings_theme_and_page_survive_a_restart(qtbot, tmp_path):
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     win = make_window(tmp_path, start_engine=False)
     qtbot.addWidget(win)
@@ -44,7 +44,7 @@ def test_settings_theme_and_page_survive_a_restart(qtbot, tmp_path):
     qtbot.addWidget(again)
     assert again.stack.currentWidget().page_id == "chat"
     assert again.ctx.settings.value("ui/theme") == "light"
-    from console.theme import current_theme
+    from npu_console.console.theme import current_theme
 
     assert current_theme().name == "light"
     # offscreen clamps the width to its virtual screen; the height round-trips exactly
@@ -54,9 +54,8 @@ def test_settings_theme_and_page_survive_a_restart(qtbot, tmp_path):
 
 
 def test_keyboard_shortcuts_switch_pages(qtbot, tmp_path):
+    from npu_console.console.testing import make_window
     from PySide6.QtCore import Qt
-
-    from console.testing import make_window
 
     win = make_window(tmp_path, start_engine=False)
     qtbot.addWidget(win)
@@ -70,9 +69,8 @@ def test_keyboard_shortcuts_switch_pages(qtbot, tmp_path):
 
 
 def test_about_box_lists_versions(qtbot, tmp_path):
+    from npu_console.console.testing import make_window
     from PySide6.QtCore import qVersion
-
-    from console.testing import make_window
 
     win = make_window(tmp_path, start_engine=False)
     qtbot.addWidget(win)
@@ -86,7 +84,7 @@ def test_about_box_lists_versions(qtbot, tmp_path):
 
 @pytest.mark.slow
 def test_closing_while_streaming_shuts_down_within_3s(qtbot, tmp_path, stories_dir):
-    from console.testing import make_window, model_names
+    from npu_console.console.testing import make_window, model_names
 
     before = {t.ident for t in threading.enumerate()}  # other tests' threads are not ours to judge
     win = make_window(tmp_path)

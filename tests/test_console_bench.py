@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from npu_console.console.testing import window_with_models
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
-
-from console.testing import window_with_models
 
 WAIT_MS = 180_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]

@@ -10,9 +10,8 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from fakes.slow_steps import slowed_steps
+from npu_console.console.testing import make_window, model_names
 from PySide6.QtCore import Qt
-
-from console.testing import make_window, model_names
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]  # one engine start (torch import) per module
@@ -160,7 +159,7 @@ def test_unknown_model_error_is_shown_inline(chat, qtbot):
 
 
 def test_presets_saved_as_json(chat, window):
-    from console import presets
+    from npu_console.console import presets
 
     chat.sampling.temperature.setValue(0.33)
     chat.sampling.system.setPlainText("Be brief.")
@@ -185,7 +184,7 @@ def test_bad_seed_is_a_plain_error(chat):
 
 
 def test_export_markdown_and_json(chat, qtbot, tmp_path):
-    from console.chat_store import export
+    from npu_console.console.chat_store import export
 
     chat.send("export me")
     _wait_done(qtbot, chat)

@@ -20,7 +20,7 @@ CAPTURES = {
 @pytest.fixture(scope="module")
 def window(qapp, tmp_path_factory):
     """One window for the module (building plots costs seconds); each test picks its source."""
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     home = tmp_path_factory.mktemp("dash-home")
     with pytest.MonkeyPatch.context() as mp:
@@ -32,7 +32,7 @@ def window(qapp, tmp_path_factory):
 
 
 def _expected(path):
-    from engine.telemetry import make_provider
+    from npu_console.engine.telemetry import make_provider
 
     snap = make_provider("replay", replay_files=[str(path)]).sample()
     return snap.accelerators
@@ -71,7 +71,7 @@ def test_replayed_capture_renders_one_card_per_chip(window, qtbot, npu_smi_fixtu
 
 
 def _mb(mb):
-    from console.widgets.basic import fmt_mb
+    from npu_console.console.widgets.basic import fmt_mb
 
     return fmt_mb(mb)
 

@@ -8,9 +8,8 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from npu_console.console.testing import make_window
 from PySide6.QtCore import Qt
-
-from console.testing import make_window
 
 pytestmark = [pytest.mark.slow, pytest.mark.gui]  # building the window takes seconds here
 

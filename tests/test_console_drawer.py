@@ -17,7 +17,7 @@ FAMILY_910A = ("910a_info_1", "910a_usages_2", "910a_board_1", "910a_board-c_1",
 
 @pytest.fixture(scope="module")
 def window(qapp, tmp_path_factory):
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     home = tmp_path_factory.mktemp("drawer-home")
     with pytest.MonkeyPatch.context() as mp:

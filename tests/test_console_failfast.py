@@ -16,9 +16,8 @@ pytest.importorskip("pytestqt")
 
 from fakes.faults import fatal_fault
 from fakes.slow_steps import slowed_steps
+from npu_console.console.testing import window_with_models
 from PySide6.QtCore import Qt
-
-from console.testing import window_with_models
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]

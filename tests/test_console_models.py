@@ -15,7 +15,7 @@ WAIT_MS = 90_000
 
 @pytest.fixture(scope="module")
 def window(qapp, tmp_path_factory):
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     home = tmp_path_factory.mktemp("models-home")
     with pytest.MonkeyPatch.context() as mp:
@@ -89,7 +89,7 @@ def test_load_with_progress_then_unload(window, qtbot, stories_dir):
     assert page.table.item(0, 3).text() == "float"
     # the row says which runner and kernels serve it: float32 decode steps as one native call
     # where the kernels build, else PyTorch (stories' 64-wide products are PyTorch's either way)
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
     assert page.table.item(0, 4).toolTip() == (
         "batched runner; decode steps: one native call for all layers" if native.available()
         else "batched runner; float decode products on PyTorch")

@@ -7,11 +7,16 @@ import subprocess
 import sys
 import threading
 
-from console.bench_history import BenchHistory, offline_rows, serving_rows, serving_summary
-from console.chat_session import ChatSession, reply_stats
-from console.chat_store import ChatStore
-from console.pages.bench_store import BenchRecord, BenchStore
-from console.server_service import ServerService
+from npu_console.console.bench_history import (
+    BenchHistory,
+    offline_rows,
+    serving_rows,
+    serving_summary,
+)
+from npu_console.console.chat_session import ChatSession, reply_stats
+from npu_console.console.chat_store import ChatStore
+from npu_console.console.pages.bench_store import BenchRecord, BenchStore
+from npu_console.console.server_service import ServerService
 
 
 class _Keys:
@@ -34,8 +39,8 @@ class _Engine:
 
 
 def test_the_models_import_without_qt():
-    code = ("import sys, console.server_service, console.bench_history, console.threads,"
-            " console.chat_session;"
+    code = ("import sys, npu_console.console.server_service, npu_console.console.bench_history,"
+            " npu_console.console.threads, npu_console.console.chat_session;"
             "bad=[m for m in sys.modules if m.split('.')[0] in ('PySide6','pyqtgraph','qasync')];"
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -63,7 +68,7 @@ def test_server_service_owns_key_limit_and_refusals():
 
 
 def test_server_service_starts_and_stops_on_its_own_thread(stories_dir):
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     eng = LocalEngine(EngineConfig(num_threads=1))
     svc = ServerService(lambda: eng, _Keys())
@@ -108,7 +113,7 @@ def test_result_tables_and_summary():
 
 
 def test_chat_session_turns_ab_and_storage(tmp_path):
-    from engine.runtime.types import SamplingParams
+    from npu_console.engine.runtime.types import SamplingParams
 
     s = ChatSession(ChatStore(tmp_path))
     assert s.save() is False  # an empty chat is not kept
@@ -137,7 +142,7 @@ def test_chat_session_turns_ab_and_storage(tmp_path):
 
 
 def test_reply_stats_from_a_finish_event():
-    from engine.runtime.types import FinishEvent, RequestTimings, Usage
+    from npu_console.engine.runtime.types import FinishEvent, RequestTimings, Usage
 
     fin = FinishEvent("r", "stop", Usage(5, 11), RequestTimings(arrival=0.0, queue_s=0.0,
                       ttft_s=0.5, e2e_s=1.5, tpot_s=0.1, itl_s=()), "m")

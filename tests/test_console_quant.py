@@ -11,9 +11,8 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from npu_console.console.testing import model_names, window_with_models
 from PySide6.QtCore import Qt
-
-from console.testing import model_names, window_with_models
 
 WAIT_MS = 240_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -50,7 +49,7 @@ def _wait(qtbot, page):
 
 
 def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qtbot, tmp_path):
-    from console.pages.quant_work import runs_dir
+    from npu_console.console.pages.quant_work import runs_dir
 
     page = window.page("quantize")
     page.set_models(window.ctx.engine_host.models())
@@ -128,7 +127,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
 
 
 def test_cancel_during_calibration_writes_nothing(window, tmp_path, qtbot):
-    from console.pages.quant_work import QuantRunStore, runs_dir
+    from npu_console.console.pages.quant_work import QuantRunStore, runs_dir
 
     page = window.page("quantize")
     before = {p.name for p in runs_dir().iterdir()} if runs_dir().exists() else set()

@@ -11,9 +11,8 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 openai = pytest.importorskip("openai")
 
+from npu_console.console.testing import window_with_models
 from PySide6.QtCore import Qt
-
-from console.testing import window_with_models
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -71,7 +70,7 @@ def test_switch_serves_the_openai_client_and_stops(window, page, qtbot):
     qtbot.mouseClick(page.switch, Qt.LeftButton)
     qtbot.waitUntil(lambda: not page.running() and not page.busy(), timeout=WAIT_MS)
     assert window.server_lamp.state == "off"
-    from engine.api.ports import port_in_use
+    from npu_console.engine.api.ports import port_in_use
 
     assert not port_in_use("127.0.0.1", port)
     with pytest.raises(openai.APIConnectionError):

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from engine.demo import chat, corpus
-from engine.paths import CALIB_DIR
+from npu_console.engine.demo import chat, corpus
+from npu_console.engine.paths import CALIB_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ("The function returns", "Return a new list", "This module provides")
@@ -108,7 +107,7 @@ def test_greedy_continuation_is_mostly_real_words(demo, prompt):
 
 @pytest.mark.slow
 def test_heldout_perplexity_matches_the_model_card(demo, demo_model_dir):
-    from engine.demo.train import _encode_documents, heldout_loss
+    from npu_console.engine.demo.train import _encode_documents, heldout_loss
 
     model, tok = demo
     # heldout_demo.txt is the whole held-out split, one document per blank-line-separated block,
@@ -202,7 +201,7 @@ def test_qa_conversation_matches_chat_template_layout():
 
 
 def test_train_cli_rejects_bad_arguments_in_one_line(capsys, tmp_path):
-    from engine.demo import train
+    from npu_console.engine.demo import train
 
     assert train.main(["--out", str(tmp_path / "m"), "--heads", "3", "--kv-heads", "2"]) == 2
     assert train.main(["--out", str(tmp_path / "m"), "--stdlib", str(tmp_path / "missing")]) == 2
@@ -221,7 +220,7 @@ def test_train_cli_builds_a_loadable_folder_end_to_end(tmp_path):
     (src / "widgets.py").write_text(_MODULE)
     out, calib = tmp_path / "model", tmp_path / "calib"
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.demo.train", "--out", str(out), "--calib-dir", str(calib),
+        [sys.executable, "-m", "npu_console.engine.demo.train", "--out", str(out), "--calib-dir", str(calib),
          "--stdlib", str(src), "--steps", "2", "--layers", "1", "--hidden", "64", "--heads", "2",
          "--kv-heads", "1", "--intermediate", "96", "--seq-len", "64", "--vocab-size", "512"],
         check=False, capture_output=True, text=True, cwd=ROOT, timeout=300,

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from engine import devices
+from npu_console.engine import devices
 
 
 def test_cpu_is_always_listed_last():

@@ -15,7 +15,7 @@ import pytest
 # script, as CI jobs often are) has SIGINT ignored, the child would inherit that, and Python then
 # never raises KeyboardInterrupt: the child puts Python's own handler back before it starts
 _WITH_TERMINAL_SIGINT = ("import runpy, signal; signal.signal(signal.SIGINT, "
-                         "signal.default_int_handler); runpy.run_module('engine.cli.main', "
+                         "signal.default_int_handler); runpy.run_module('npu_console.engine.cli.main', "
                          "run_name='__main__')")
 
 
@@ -84,7 +84,7 @@ def test_ctrl_c_stops_the_reply_not_the_program(stories_dir):
 @pytest.mark.slow
 def test_bad_model_folder_is_one_line(tmp_path, stories_dir):
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(tmp_path / "none"),
+        [sys.executable, "-m", "npu_console.engine.cli.main", "chat", "--model", str(tmp_path / "none"),
          "--device", "cpu"], input="", capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "error:" in proc.stderr

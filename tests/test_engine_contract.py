@@ -8,8 +8,7 @@ import asyncio
 import time
 
 import pytest
-
-from engine.runtime.types import (
+from npu_console.engine.runtime.types import (
     ContextLengthError,
     FinishEvent,
     GenerationRequest,
@@ -26,8 +25,8 @@ PROMPT = "Once upon a time, there was a little"
 
 @pytest.fixture(scope="module")
 def served(stories_dir):
-    from engine.api import ServerController
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
     engine.load(stories_dir, name="stories").result(120)
@@ -44,7 +43,7 @@ def client(request, served):
     if request.param == "local":
         yield engine
         return
-    from engine.remote import RemoteEngine
+    from npu_console.engine.remote import RemoteEngine
 
     remote = RemoteEngine(url, poll_interval_s=0.2)
     yield remote

@@ -5,26 +5,25 @@ shutdown. On the real stories260K model."""
 from __future__ import annotations
 
 import pytest
-
-from engine.runtime import EngineConfig
-from engine.runtime.core import EngineCore
-from engine.runtime.handle import Job, LocalRequestHandle
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.output import output_for
-from engine.runtime.sequence import Sequence
-from engine.runtime.types import (
+from npu_console.engine.runtime import EngineConfig
+from npu_console.engine.runtime.core import EngineCore
+from npu_console.engine.runtime.handle import Job, LocalRequestHandle
+from npu_console.engine.runtime.metrics import EngineMetrics
+from npu_console.engine.runtime.output import output_for
+from npu_console.engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.types import (
     EngineStoppedError,
     GenerationRequest,
     InvalidRequestError,
     QueueFullError,
     SamplingParams,
 )
-from engine.runtime.variant import build_variant
+from npu_console.engine.runtime.variant import build_variant
 
 
 @pytest.fixture(scope="module")
 def stories(stories_dir):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     return load_model(stories_dir, device="cpu", dtype="float32", name="stories")
 

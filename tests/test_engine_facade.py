@@ -5,9 +5,8 @@ cancel, and one cancellation exception across the engine."""
 from __future__ import annotations
 
 import pytest
-
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.types import (
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.types import (
     Cancelled,
     EngineError,
     GenerationRequest,
@@ -17,8 +16,8 @@ from engine.runtime.types import (
 
 
 def test_one_cancellation_exception():
-    from engine.models import LoadCancelled
-    from engine.quant.calib import Cancelled as QuantCancelled
+    from npu_console.engine.models import LoadCancelled
+    from npu_console.engine.quant.calib import Cancelled as QuantCancelled
 
     assert LoadCancelled is Cancelled and QuantCancelled is Cancelled
     assert issubclass(Cancelled, EngineError) and str(Cancelled()) == "cancelled"

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.types import GenerationRequest, SamplingParams
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
 COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
@@ -19,8 +18,7 @@ COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
 
 def tiny(family: str, **overrides):
     import transformers as tf
-
-    from engine.models.loader import LoadedModel
+    from npu_console.engine.models.loader import LoadedModel
 
     cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
            "mistral": tf.MistralConfig}[family]
@@ -81,7 +79,7 @@ def test_family_greedy_matches_generate(family):
 def test_transposed_lm_head_keeps_greedy_tokens(monkeypatch, tied):
     """The CPU layout for big heads (stored transposed; a tied embedding shares it), forced
     on a tiny model: same greedy tokens as generate on an untouched copy, same memory."""
-    import engine.runtime.runner as runner_mod
+    import npu_console.engine.runtime.runner as runner_mod
 
     monkeypatch.setattr(runner_mod, "HEAD_TRANSPOSE_MIN_BYTES", 0)
     loaded = tiny("qwen2", tie_word_embeddings=tied)
@@ -126,8 +124,8 @@ class _Seq:
 def test_batched_decode_in_any_slot_order_equals_decoding_alone():
     """Decode attention runs in slot order (a cache view when the slots form a range); rows
     must come back in the caller's order whatever the slots are."""
-    from engine.runtime.runner import BatchedRunner
-    from engine.runtime.scheduler import ScheduledSeq
+    from npu_console.engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime.scheduler import ScheduledSeq
 
     model = tiny("qwen2").model
     runner = BatchedRunner(model, num_slots=6, max_len=128)
@@ -161,7 +159,7 @@ def _wide(family):
 
 
 def _needs_native():
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
 
     if not native.available():
         pytest.skip(f"native kernels unavailable: {native.build().reason}")
@@ -201,8 +199,8 @@ def test_native_decode_products_keep_greedy_tokens(family):
 def test_native_and_torch_products_give_the_same_logits():
     """One mixed step (decodes of several lengths + a prefill chunk) through both kernels."""
     _needs_native()
-    from engine.runtime.runner import BatchedRunner
-    from engine.runtime.scheduler import ScheduledSeq
+    from npu_console.engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime.scheduler import ScheduledSeq
 
     model = _wide("qwen2").model
     runners = {k: BatchedRunner(model, num_slots=8, max_len=128, linear_kernels=k)
@@ -225,8 +223,8 @@ def test_native_and_torch_products_give_the_same_logits():
 
 
 def test_without_the_native_library_the_runner_keeps_torch(monkeypatch):
-    from engine.runtime import cpu_linear
-    from engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime import cpu_linear
+    from npu_console.engine.runtime.runner import BatchedRunner
 
     monkeypatch.setattr(cpu_linear, "native_f32_available", lambda: False)
     model = tiny("qwen2", **WIDE).model
@@ -242,9 +240,9 @@ def test_a_head_re_laid_out_by_another_runner_is_still_read_right(monkeypatch):
     (use_transposed_head); the native runner built before it must not read that storage as
     nn.Linear's layout."""
     _needs_native()
-    import engine.runtime.runner as runner_mod
-    from engine.runtime.runner import BatchedRunner
-    from engine.runtime.scheduler import ScheduledSeq
+    import npu_console.engine.runtime.runner as runner_mod
+    from npu_console.engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime.scheduler import ScheduledSeq
 
     model = _wide("qwen2").model
     native = BatchedRunner(model, num_slots=2, max_len=64)

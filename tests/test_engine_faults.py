@@ -10,9 +10,8 @@ import time
 import pytest
 from fakes.faults import failing_release, failing_submit_command, fatal_fault
 from fakes.slow_steps import slowed_steps
-
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.types import (
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.types import (
     EngineStoppedError,
     GenerationRequest,
     InvalidRequestError,

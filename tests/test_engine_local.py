@@ -9,9 +9,8 @@ import time
 
 import pytest
 from fakes.faults import before_each_sequence
-
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.types import (
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.types import (
     ContextLengthError,
     EngineError,
     EngineStoppedError,
@@ -34,7 +33,7 @@ def greedy(n=64, **kw):
 
 @pytest.fixture(scope="module")
 def stories(stories_dir):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     return load_model(stories_dir, device="cpu", dtype="float32", name="stories")
 
@@ -394,7 +393,7 @@ def test_shutdown_finishes_open_requests(stories):
 
 @pytest.mark.slow
 def test_demo_model_greedy_matches_transformers_in_a_batch(demo_model_dir):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     demo = load_model(demo_model_dir, device="cpu", dtype="float32", name="demo")
     eng = LocalEngine(config())

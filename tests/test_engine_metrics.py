@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from npu_console.engine.ring import Ring
+from npu_console.engine.runtime.metrics import EngineMetrics
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-
-from engine.ring import Ring
-from engine.runtime.metrics import EngineMetrics
 
 
 def test_ring_buffer_keeps_the_latest_in_order():
@@ -48,11 +47,10 @@ def samples(registry):
 @pytest.mark.slow
 def test_prometheus_metrics_of_a_real_engine(stories_dir):
     import torch
-
-    from engine.models import load_model
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.prometheus import register_engine_metrics
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.models import load_model
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.prometheus import register_engine_metrics
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     threads = torch.get_num_threads()
     loaded = load_model(stories_dir, device="cpu", dtype="float32")

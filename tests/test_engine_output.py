@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.runtime.handle import LocalRequestHandle
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.output import RequestOutputs, TokenOutput, finish_event
-from engine.runtime.sequence import Sequence
-from engine.runtime.types import FinishEvent, TokenEvent
+from npu_console.engine.runtime.handle import LocalRequestHandle
+from npu_console.engine.runtime.metrics import EngineMetrics
+from npu_console.engine.runtime.output import RequestOutputs, TokenOutput, finish_event
+from npu_console.engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.types import FinishEvent, TokenEvent
 
 
 class _Processor:

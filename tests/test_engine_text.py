@@ -6,11 +6,10 @@ import math
 
 import pytest
 import torch
-
-from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
-from engine.runtime.sampler import sample
-from engine.runtime.sequence import Sequence
-from engine.runtime.types import SamplingParams
+from npu_console.engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
+from npu_console.engine.runtime.sampler import sample
+from npu_console.engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.types import SamplingParams
 
 
 @pytest.fixture(scope="module")

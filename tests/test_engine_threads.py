@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.threads import run_in_fresh_thread
-from engine.runtime.types import GenerationRequest, SamplingParams
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.threads import run_in_fresh_thread
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +34,7 @@ def test_a_fresh_thread_takes_its_openmp_team_with_it():
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
         import torch
-        from engine.runtime.threads import run_in_fresh_thread
+        from npu_console.engine.runtime.threads import run_in_fresh_thread
         torch.set_num_threads(2)
         tasks = lambda: len(os.listdir("/proc/self/task"))
         def work():
@@ -61,7 +60,7 @@ def _greedy(n=12):
 
 
 def test_an_idle_engine_ends_its_thread_and_the_next_request_starts_one(stories_dir):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     loaded = load_model(stories_dir, device="cpu", dtype="float32", name="stories")
     eng = LocalEngine(EngineConfig(num_threads=1, idle_thread_s=0.2))

@@ -12,8 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fakes.stories_text import load_float, sampled_text, write_text_file
-
-from engine.quant import eval_methods as em
+from npu_console.engine.quant import eval_methods as em
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,7 @@ def test_cli_names_the_method(stories_dir, paragraphs, tmp_path):
     data = write_text_file(tmp_path / "held.txt", paragraphs)
     out = {}
     for flags in ((), ("--per-document",), ("--window", "256")):
-        r = subprocess.run([sys.executable, "-m", "engine.cli.main", "eval", "--model",
+        r = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "eval", "--model",
                             str(stories_dir), "--data", str(data), "--ctx", "128", "--json",
                             *flags], capture_output=True, text=True, timeout=300, check=False)
         assert r.returncode == 0, r.stderr

@@ -28,7 +28,7 @@ def _cli(*args, cache: Path | None = None, timeout: int = 600) -> subprocess.Com
     env = dict(os.environ)
     if cache is not None:
         env["NPU_CONSOLE_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "engine.cli.main", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout,
                           check=False)
 
@@ -39,7 +39,7 @@ def _entries(cache: Path) -> list[str]:
 
 
 def test_header_check_reads_the_real_file(smollm_gguf):
-    from engine.models import estimate_memory, inspect_model_folder
+    from npu_console.engine.models import estimate_memory, inspect_model_folder
 
     for path in (smollm_gguf, smollm_gguf.parent):  # the file, or a folder holding exactly one
         r = inspect_model_folder(path)
@@ -56,7 +56,7 @@ def test_header_check_reads_the_real_file(smollm_gguf):
 
 
 def test_a_folder_with_two_gguf_files_asks_to_choose(tmp_path):
-    from engine.models import inspect_model_folder
+    from npu_console.engine.models import inspect_model_folder
 
     write_gguf(tmp_path / "a.gguf")
     write_gguf(tmp_path / "b.gguf")
@@ -90,7 +90,7 @@ def test_bad_gguf_one_line_exit_1_no_cache_entry(smollm_gguf, tmp_path, kind, me
 
 
 def test_cancelled_conversion_leaves_nothing(smollm_gguf, tmp_path, monkeypatch):
-    from engine.models import LoadCancelled, load_model
+    from npu_console.engine.models import LoadCancelled, load_model
 
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
     cancel = threading.Event()
@@ -124,7 +124,7 @@ def test_generate_from_the_gguf_says_paris_then_loads_from_the_cache(smollm_gguf
     second = _cli(*args, cache=cache)
     assert second.returncode == 0 and second.stdout == first.stdout
     # the key follows the file: a copy with its mtime is the same entry, a touched file a new one
-    from engine.models.gguf import cache_key
+    from npu_console.engine.models.gguf import cache_key
 
     copy = tmp_path / smollm_gguf.name
     shutil.copy2(smollm_gguf, copy)
@@ -140,7 +140,7 @@ def test_serve_the_gguf_and_the_openai_client_gets_paris(smollm_gguf):
 
     import openai
 
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli.main", "serve", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--model",
                              str(smollm_gguf), "--port", "0", "--threads", "2", "--log-level",
                              "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parent.parent / "engine"
-QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync", "console")
+QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
+CONSOLE = "npu_console.console"
 
 
 def test_no_engine_module_imports_qt_or_the_console():
@@ -23,14 +24,17 @@ def test_no_engine_module_imports_qt_or_the_console():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             offenders += [f"{path.relative_to(ENGINE.parent)}: {n}" for n in names
-                          if n.split(".")[0] in QT_MODULES]
+                          if n.split(".")[0] in QT_MODULES or n == CONSOLE
+                          or n.startswith(CONSOLE + ".")]
     assert not offenders
 
 
 def test_importing_the_engine_api_and_cli_loads_no_qt():
-    code = ("import sys, engine.api.app, engine.runtime.engine, engine.telemetry, engine.cli.main;"
-            "engine.cli.main.build_parser();"
-            f"bad=[m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}];"
+    code = ("import sys, npu_console.engine.api.app, npu_console.engine.runtime.engine,"
+            " npu_console.engine.telemetry, npu_console.engine.cli.main;"
+            "npu_console.engine.cli.main.build_parser();"
+            f"bad=[m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}"
+            f" or m.startswith('{CONSOLE}')];"
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          check=False)
@@ -59,23 +63,24 @@ def _headless(code: str) -> subprocess.CompletedProcess:
 def test_every_engine_module_imports_without_the_gui_extra():
     """Nothing under engine/ needs Qt at import time, not just the entry points: every module
     imports while PySide6 / pyqtgraph / qasync are absent."""
-    code = ("import importlib, pkgutil, engine\n"
+    code = ("import importlib, pkgutil, npu_console.engine as engine\n"
             "bad = []\n"
-            "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+            "for m in pkgutil.walk_packages(engine.__path__, 'npu_console.engine.'):\n"
             "    try:\n"
             "        importlib.import_module(m.name)\n"
             "    except ModuleNotFoundError as exc:\n"
             "        if exc.name.split('.')[0] in ('PySide6', 'pyqtgraph', 'qasync'):\n"
             "            bad.append(f'{m.name}: {exc.name}')\n"
-            f"bad += [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\n"
-            "n = sum(1 for m in sys.modules if m.startswith('engine.'))\n"
+            f"bad += [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}\n"
+            f"        or m.startswith('{CONSOLE}')]\n"
+            "n = sum(1 for m in sys.modules if m.startswith('npu_console.engine.'))\n"
             "print(bad, n); sys.exit(1 if bad or n < 100 else 0)\n")
     res = _headless(code)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
 
 
 def test_every_cli_command_but_gui_builds_and_answers_help_without_qt():
-    code = ("import contextlib, io, engine.cli.main as m\n"
+    code = ("import contextlib, io, npu_console.engine.cli.main as m\n"
             "p = m.build_parser()\n"
             "for cmd in m.COMMANDS:\n"
             "    if cmd == 'gui':\n"
@@ -85,14 +90,15 @@ def test_every_cli_command_but_gui_builds_and_answers_help_without_qt():
             "            m.main([cmd, '--help'])\n"
             "        except SystemExit as exc:\n"
             "            assert exc.code == 0, (cmd, exc.code)\n"
-            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}\n"
+            f"       or m.startswith('{CONSOLE}')]\n"
             "print(bad); sys.exit(1 if bad else 0)\n")
     res = _headless(code)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
 
 
 def test_gui_without_the_extra_says_how_to_get_it_in_one_line():
-    res = _headless("import engine.cli.main as m; sys.exit(m.main(['gui']))")
+    res = _headless("import npu_console.engine.cli.main as m; sys.exit(m.main(['gui']))")
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
@@ -101,7 +107,7 @@ def test_gui_without_the_extra_says_how_to_get_it_in_one_line():
 
 
 def test_doctor_reports_the_gui_extra():
-    res = _headless("import json, engine.doctor as d; c = d.check_gui_extra(); "
+    res = _headless("import json, npu_console.engine.doctor as d; c = d.check_gui_extra(); "
                     "print(json.dumps([c.status, c.detail, c.fix]))")
     assert res.returncode == 0, res.stderr[-2000:]
     import json
@@ -110,7 +116,7 @@ def test_doctor_reports_the_gui_extra():
     assert status == "info" and "not installed" in detail and "npu-console[gui]" in fix
     import importlib.util
 
-    from engine.doctor import check_gui_extra
+    from npu_console.engine.doctor import check_gui_extra
 
     if importlib.util.find_spec("PySide6") is None:
         return  # a Qt-free venv (tests/test_qt_free_install.py runs this file there)

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+from npu_console.engine.runtime.variant import sampling_defaults
 from test_api_support import STORY_PROMPT, running_server
-
-from engine.runtime.types import GenerationRequest, SamplingParams
-from engine.runtime.variant import sampling_defaults
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +38,9 @@ def test_only_settings_away_from_transformers_defaults_and_valid_ones_are_taken(
 
 @pytest.fixture(scope="module")
 def engine(stories_dir):
-    from engine.models import load_model
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
+    from npu_console.engine.models import load_model
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
 
     loaded = load_model(stories_dir, name="stories")
     # greedy by default (top_k 1) and a repetition penalty: deterministic and visible
@@ -95,7 +94,7 @@ def test_the_api_uses_them_for_unset_fields(engine, generation_config):
 def test_a_remote_client_keeps_its_explicit_fields_and_can_ask_for_the_models(engine):
     """The console in remote mode: what the user set explicitly is what the server runs, even
     at a value the server would replace with the model's default if it were left out."""
-    from engine.remote.client import RemoteEngine
+    from npu_console.engine.remote.client import RemoteEngine
 
     greedy_penalized = _text(engine, temperature=0, repetition_penalty=PENALTY)
     plain_greedy = _text(engine, temperature=0)

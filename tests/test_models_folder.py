@@ -7,8 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from engine.models import (
+from npu_console.engine.models import (
     ModelFolderError,
     estimate_memory,
     fits_message,
@@ -16,7 +15,7 @@ from engine.models import (
     load_model,
     validate_model_folder,
 )
-from engine.models.memory import kv_bytes_per_token
+from npu_console.engine.models.memory import kv_bytes_per_token
 
 
 @pytest.fixture
@@ -129,7 +128,7 @@ def test_memory_estimate_and_fit(stories_dir):
 def test_load_real_model_with_progress_and_cancel(stories_dir):
     import threading
 
-    from engine.models import LoadCancelled
+    from npu_console.engine.models import LoadCancelled
 
     seen = []
     loaded = load_model(stories_dir, progress=lambda f, w: seen.append(f))
@@ -142,8 +141,8 @@ def test_load_real_model_with_progress_and_cancel(stories_dir):
 
 
 def test_load_refuses_when_memory_is_short(stories_dir, monkeypatch):
-    from engine import devices
-    from engine.models import ModelLoadError
+    from npu_console.engine import devices
+    from npu_console.engine.models import ModelLoadError
 
     real = devices.cpu_device()
     tiny = devices.DeviceInfo("cpu", 0, real.name, real.total_memory, 1024, real.dtypes)
@@ -153,7 +152,7 @@ def test_load_refuses_when_memory_is_short(stories_dir, monkeypatch):
 
 
 def test_recent_models_list(tmp_path):
-    from engine.models import add_recent_model, forget_recent_model, recent_models
+    from npu_console.engine.models import add_recent_model, forget_recent_model, recent_models
 
     a, b = tmp_path / "a", tmp_path / "b"
     add_recent_model(a)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from npu_console.engine.runtime.runner import BatchedRunner
+from npu_console.engine.runtime.scheduler import ScheduledSeq
 from test_engine_families import _needs_native, _Seq, _wide, tiny
-
-from engine.runtime.runner import BatchedRunner
-from engine.runtime.scheduler import ScheduledSeq
 
 
 @pytest.fixture(autouse=True)
@@ -65,9 +64,9 @@ def test_native_step_equals_the_pytorch_loop(family):
 
 
 def _quantized(method: str):
-    from engine.quant.apply import prepare_for_serving, quantize_model
-    from engine.quant.calib import collect_stats
-    from engine.quant.config import QuantConfig, select_layers
+    from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
+    from npu_console.engine.quant.calib import collect_stats
+    from npu_console.engine.quant.config import QuantConfig, select_layers
 
     model = _wide("qwen2").model
     cfg = QuantConfig(method=method, smoothquant=0.5 if method == "w8a8-static" else None)
@@ -116,10 +115,10 @@ def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
 
 
 def test_the_plan_says_why_it_does_not_apply(monkeypatch):
-    from engine.quant.apply import quantize_model
-    from engine.quant.config import QuantConfig
-    from engine.quant.kernels import native
-    from engine.runtime import native_decode
+    from npu_console.engine.quant.apply import quantize_model
+    from npu_console.engine.quant.config import QuantConfig
+    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.runtime import native_decode
 
     def reason(model, **kw):
         runner = BatchedRunner(model, num_slots=2, max_len=32, **kw)

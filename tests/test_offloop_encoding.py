@@ -9,9 +9,8 @@ import threading
 import httpx
 import pytest
 from fakes.faults import recording_encoders
+from npu_console.engine.runtime import EngineConfig, LocalEngine
 from test_api_support import running_server
-
-from engine.runtime import EngineConfig, LocalEngine
 
 pytest.importorskip("pytestqt")
 pytestmark = pytest.mark.slow
@@ -40,7 +39,7 @@ def test_http_requests_encode_on_worker_threads_once_per_prompt(engine):
 
 
 def test_the_chat_page_encodes_off_the_gui_thread(qapp, qtbot, tmp_path, demo_model_dir):
-    from console.testing import window_with_models
+    from npu_console.console.testing import window_with_models
 
     with window_with_models(tmp_path, demo_model_dir, ["demo"], "chat", 120) as win:
         chat = win.page("chat")

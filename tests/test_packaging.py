@@ -19,8 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from engine import __version__
+from npu_console.engine import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
@@ -271,8 +270,8 @@ def test_install_script_stops_before_touching_the_prefix_when_a_check_fails(tmp_
 
 
 def test_flavour_env_override_and_fallback(monkeypatch, capsys):
-    from engine import build_info
-    from engine.cli.main import main
+    from npu_console.engine import build_info
+    from npu_console.engine.cli.main import main
 
     monkeypatch.setenv("NPU_CONSOLE_FLAVOUR", "ascend")
     info = build_info.build_info()
@@ -342,9 +341,9 @@ def test_env_file_is_plain_assignments_that_serve_accepts():
             assert sep and key.isidentifier() and key == key.strip(), line
             values[key] = value
     assert values["NPU_CONSOLE_SERVE_ARGS"]
-    if importlib.util.find_spec("engine.cli.serve_cmd") is None:
+    if importlib.util.find_spec("npu_console.engine.cli.serve_cmd") is None:
         pytest.skip("npu-console serve is not in this checkout yet")
-    from engine.cli.main import build_parser
+    from npu_console.engine.cli.main import build_parser
 
     args = build_parser().parse_args(["serve", *shlex.split(values["NPU_CONSOLE_SERVE_ARGS"])])
     assert args.command == "serve"
@@ -507,7 +506,7 @@ def test_bundle_installs_offline_and_reports_its_flavour(installed_bundle):
         [
             str(installed_bundle / "bin" / "python"),
             "-c",
-            "import engine, engine.build_info as b; print(engine.__file__); print(b.build_info())",
+            "import npu_console.engine.build_info as b; print(b.__file__); print(b.build_info())",
         ],
         env=_offline_env(),
         cwd=installed_bundle,
@@ -520,7 +519,7 @@ def test_bundle_installs_offline_and_reports_its_flavour(installed_bundle):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_bundle_doctor_json(installed_bundle):
-    if importlib.util.find_spec("engine.cli.doctor_cmd") is None:
+    if importlib.util.find_spec("npu_console.engine.cli.doctor_cmd") is None:
         pytest.skip("npu-console doctor is not in this checkout yet")
     res = _installed(installed_bundle, "doctor", "--json")
     report = json.loads(res.stdout)
@@ -537,7 +536,7 @@ def test_bundle_doctor_json(installed_bundle):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_bundle_generates_with_its_demo_model_like_the_checkout(installed_bundle):
-    if importlib.util.find_spec("engine.cli.generate_cmd") is None:
+    if importlib.util.find_spec("npu_console.engine.cli.generate_cmd") is None:
         pytest.skip("npu-console generate is not in this checkout yet")
     if not DEMO_CONFIG.exists():
         pytest.skip("the demo model is not trained in this checkout yet (assets/models/demo)")

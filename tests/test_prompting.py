@@ -7,9 +7,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from engine.runtime.prompting import PromptEncoder, render_chat
-from engine.runtime.types import GenerationRequest
+from npu_console.engine.runtime.prompting import PromptEncoder, render_chat
+from npu_console.engine.runtime.types import GenerationRequest
 
 
 @pytest.fixture(scope="module")

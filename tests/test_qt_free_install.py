@@ -81,7 +81,7 @@ def test_no_gui_module_is_installed_and_the_engine_is_the_installed_copy(venv):
     for name in GUI_MODULES:
         res = _run([py, "-c", f"import {name}"], cwd=venv, env=_env())
         assert res.returncode != 0 and "ModuleNotFoundError" in res.stderr, name
-    res = _run([py, "-c", "import engine, torch; print(engine.__file__); print(torch.__version__)"],
+    res = _run([py, "-c", "import npu_console.engine as e, torch; print(e.__file__); print(torch.__version__)"],
                cwd=venv, env=_env())
     where, torch_version = res.stdout.split()
     assert where.startswith(str(venv)) and torch_version.startswith("2.13.0")

@@ -9,10 +9,9 @@ import threading
 
 import pytest
 from fakes.stories_text import sampled_text, write_text_file
-
-from engine.cli.main import main
-from engine.quant.calib import Cancelled
-from engine.quant.job import QuantizeRequest, run_quantize
+from npu_console.engine.cli.main import main
+from npu_console.engine.quant.calib import Cancelled
+from npu_console.engine.quant.job import QuantizeRequest, run_quantize
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def heldout_file(stories_dir, tmp_path_factory):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "engine.cli.main", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=300, check=False)
 
 

@@ -8,9 +8,8 @@ import threading
 import pytest
 import torch
 from fakes.stories_text import load_float
-
-from engine.quant import calib
-from engine.quant.config import QuantConfig, QuantError, select_layers
+from npu_console.engine.quant import calib
+from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
 
 
 @pytest.fixture(scope="module")

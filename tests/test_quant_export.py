@@ -7,11 +7,10 @@ import json
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
+from npu_console.engine.quant import calib, io
+from npu_console.engine.quant.apply import quantize_model
+from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
 from safetensors.torch import load_file
-
-from engine.quant import calib, io
-from engine.quant.apply import quantize_model
-from engine.quant.config import QuantConfig, QuantError, select_layers
 
 
 def _quantized(stories_dir, method, alpha=None, skip=()):

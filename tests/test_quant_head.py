@@ -9,12 +9,11 @@ import copy
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
-
-from engine.quant import io
-from engine.quant.apply import prepare_for_serving, quantize_model
-from engine.quant.config import QuantConfig, QuantError
-from engine.quant.evaluate import weight_bytes
-from engine.quant.qlinear import QuantEmbedding, QuantLinear
+from npu_console.engine.quant import io
+from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
+from npu_console.engine.quant.config import QuantConfig, QuantError
+from npu_console.engine.quant.evaluate import weight_bytes
+from npu_console.engine.quant.qlinear import QuantEmbedding, QuantLinear
 
 
 def _logits(model, ids):
@@ -58,9 +57,9 @@ def test_tied_head_is_one_int8_table_and_stays_close_to_float(stories_dir, probe
 
 
 def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
-    from engine.models import load_model
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.models import load_model
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     model, _ = load_float(stories_dir)
     quantize_model(model, QuantConfig(method="w8a16", int8_head=True))
@@ -91,8 +90,8 @@ def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
 
 
 def test_untied_model_gets_its_own_int8_embedding(tmp_path):
-    from engine.bench.random_model import make_random_qwen
-    from engine.models import load_model
+    from npu_console.engine.bench.random_model import make_random_qwen
+    from npu_console.engine.models import load_model
 
     path = make_random_qwen(tmp_path / "m", dtype="float32", hidden_size=64, intermediate_size=128,
                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 import torch
-
-from engine.quant import qmath
-from engine.quant.kernels import native
+from npu_console.engine.quant import qmath
+from npu_console.engine.quant.kernels import native
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"native kernels unavailable: {native.build().reason}")
@@ -120,7 +119,7 @@ def test_thread_count_does_not_change_results():
 @needs_native
 def test_shares_torchs_openmp_runtime():
     # a second libgomp would bring a second pool of spinning workers onto the same cores
-    code = ("import torch; from engine.quant.kernels import native; assert native.available();"
+    code = ("import torch; from npu_console.engine.quant.kernels import native; assert native.available();"
             "import re; maps = open('/proc/self/maps').read();"
             "print(sorted(set(re.findall(r'\\S*libgomp\\S*', maps))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

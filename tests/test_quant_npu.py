@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes import torch_npu_standin
-
-from engine.quant.config import QuantError
-from engine.quant.kernels import npu as npu_kernels
-from engine.quant.qlinear import QuantLinear
+from npu_console.engine.quant.config import QuantError
+from npu_console.engine.quant.kernels import npu as npu_kernels
+from npu_console.engine.quant.qlinear import QuantLinear
 
 
 @pytest.fixture

@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes.stories_text import PROMPTS, load_float, sampled_ids
-
-from engine.quant import calib
-from engine.quant import evaluate as ev
-from engine.quant.apply import quantize_model
-from engine.quant.config import QuantConfig, select_layers
+from npu_console.engine.quant import calib
+from npu_console.engine.quant import evaluate as ev
+from npu_console.engine.quant.apply import quantize_model
+from npu_console.engine.quant.config import QuantConfig, select_layers
 
 # (method, SmoothQuant alpha, max perplexity increase %, min teacher-forced top-1 agreement,
 # min free-running greedy agreement on the hand-written prompts).
@@ -77,10 +76,9 @@ def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_
 @pytest.mark.slow
 @pytest.mark.parametrize("method,alpha,max_pct,min_top1,min_agree", BARS)
 def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct, min_top1, min_agree):
+    from npu_console.engine.paths import CALIB_DIR
+    from npu_console.engine.quant.report import text_token_ids
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from engine.paths import CALIB_DIR
-    from engine.quant.report import text_token_ids
 
     tok = AutoTokenizer.from_pretrained(str(demo_model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(demo_model_dir), dtype=torch.float32).eval()

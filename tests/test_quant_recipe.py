@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
-
-from engine.quant import gptq, io, mixed, qmath
-from engine.quant.auto import run_auto
-from engine.quant.config import QuantConfig
-from engine.quant.search import search_input
+from npu_console.engine.quant import gptq, io, mixed, qmath
+from npu_console.engine.quant.auto import run_auto
+from npu_console.engine.quant.config import QuantConfig
+from npu_console.engine.quant.search import search_input
 
 
 def _correlated_inputs(n=512, k=64, seed=0):
@@ -42,7 +41,7 @@ def test_search_smooths_an_outlier_channel_and_reports_the_gain():
 
 
 def test_self_calibration_is_seeded_and_cached(stories_dir, tmp_path, monkeypatch):
-    from engine.quant.selfcalib import self_calibration
+    from npu_console.engine.quant.selfcalib import self_calibration
 
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
     model, tok = load_float(stories_dir)

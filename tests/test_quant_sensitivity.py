@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
-
-from engine.quant import calib
-from engine.quant.config import QuantConfig, select_layers
-from engine.quant.evaluate import perplexity
-from engine.quant.sensitivity import layer_sensitivity, recommend_skip
-from engine.quant.smooth import find_groups, smooth_model
+from npu_console.engine.quant import calib
+from npu_console.engine.quant.config import QuantConfig, select_layers
+from npu_console.engine.quant.evaluate import perplexity
+from npu_console.engine.quant.sensitivity import layer_sensitivity, recommend_skip
+from npu_console.engine.quant.smooth import find_groups, smooth_model
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_sensitivity_ranking_and_recommendation(stories_dir, data):
     if rec.met:
         assert rec.delta_pct <= 0.5
     # the recommendation is what you get when you skip those layers for real
-    from engine.quant.apply import quantize_model
+    from npu_console.engine.quant.apply import quantize_model
 
     q, _ = load_float(stories_dir)
     quantize_model(q, QuantConfig(method="w8a8-static", skip=tuple(rec.skip)), stats)

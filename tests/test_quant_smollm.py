@@ -8,12 +8,11 @@ import copy
 
 import pytest
 import torch
+from npu_console.engine.paths import CALIB_DIR
+from npu_console.engine.quant import eval_methods as em
+from npu_console.engine.quant.auto import calibration_samples, run_auto
+from npu_console.engine.quant.config import QuantConfig
 from support_gguf import SMOLLM_GGUF
-
-from engine.paths import CALIB_DIR
-from engine.quant import eval_methods as em
-from engine.quant.auto import calibration_samples, run_auto
-from engine.quant.config import QuantConfig
 
 HELDOUT = CALIB_DIR / "heldout_en.txt"
 # method: (max perplexity increase %, min share of linear weights in int8)
@@ -24,7 +23,7 @@ BARS = {"w8a16": (0.3, 1.0), "w8a8-dynamic": (1.0, 0.85), "w8a8-static": (1.5, 0
 def smollm():
     if not SMOLLM_GGUF.is_file():
         pytest.skip("../shared/models/smollm2-135m-instruct is not available")
-    from engine.models.loader import load_model
+    from npu_console.engine.models.loader import load_model
 
     loaded = load_model(SMOLLM_GGUF, device="cpu", dtype="float32")
     whole, docs = em.read_eval_text(HELDOUT)

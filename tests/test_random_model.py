@@ -4,8 +4,7 @@ loading code (a qwen2 folder), so serving benchmarks can stream and count its to
 from __future__ import annotations
 
 import pytest
-
-from engine.bench.random_model import QWEN25_05B, make_random_qwen
+from npu_console.engine.bench.random_model import QWEN25_05B, make_random_qwen
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +16,7 @@ def tiny_qwen(tmp_path_factory):
 
 
 def test_loader_keeps_the_declared_word_tokenizer(tiny_qwen):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     loaded = load_model(tiny_qwen, device="cpu", dtype="float32")
     tok = loaded.tokenizer
@@ -30,8 +29,8 @@ def test_loader_keeps_the_declared_word_tokenizer(tiny_qwen):
 
 
 def test_engine_streams_one_word_per_generated_token(tiny_qwen):
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     engine = LocalEngine(EngineConfig(num_threads=1))
     try:

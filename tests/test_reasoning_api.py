@@ -7,9 +7,8 @@ import json
 
 import httpx
 import pytest
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 from test_api_support import running_server, sse_events
-
-from engine.runtime.types import GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +19,8 @@ ASK = {"model": "think", "messages": [{"role": "user", "content": "Spell rocket 
 
 
 def _engine(think_model_dir, demo_model_dir=None, **config):
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
 
     eng = LocalEngine(EngineConfig(max_running=4, num_threads=1, **config))
     eng.load(think_model_dir, name="think", default=True).result(300)
@@ -140,7 +139,7 @@ def test_reasoning_parser_none_serves_raw_text(think_model_dir):
 
 
 def test_remote_client_reads_reasoning(served, client):
-    from engine.remote import RemoteEngine
+    from npu_console.engine.remote import RemoteEngine
 
     whole = client.chat.completions.create(**ASK)
     with RemoteEngine(served[1], model="think", poll_interval_s=None) as remote:
@@ -156,7 +155,7 @@ def test_remote_client_reads_reasoning(served, client):
 
 
 def test_bench_serve_reports_time_to_first_answer_token(served):
-    from engine.bench.serving import ServingConfig, run_serving_benchmark
+    from npu_console.engine.bench.serving import ServingConfig, run_serving_benchmark
 
     def run(model: str):
         return run_serving_benchmark(ServingConfig(
@@ -178,10 +177,9 @@ def test_bench_serve_reports_time_to_first_answer_token(served):
 def test_smollm2_answers_as_before():
     """SmolLM2-135M-Instruct (a real chat model whose template has no think tags): no parser,
     no reasoning fields, streaming or not."""
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
     from support_gguf import SMOLLM_GGUF
-
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
 
     if not SMOLLM_GGUF.is_file():
         pytest.skip("../shared/models/smollm2-135m-instruct is not available")

@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from npu_console.console.chat_store import export
+from npu_console.console.testing import make_window, model_names
 from PySide6.QtCore import Qt
-
-from console.chat_store import export
-from console.testing import make_window, model_names
 
 WAIT_MS = 120_000
 QUESTION = "Spell rocket backwards."

@@ -7,9 +7,13 @@ import json
 import shutil
 
 import pytest
-
-from engine.demo.think_chat import render
-from engine.runtime.types import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from npu_console.engine.demo.think_chat import render
+from npu_console.engine.runtime.types import (
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -18,8 +22,8 @@ GREEDY = SamplingParams(max_tokens=200, temperature=0.0)
 
 
 def make_engine(**config):
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
 
     return LocalEngine(EngineConfig(max_running=4, num_threads=1, **config))
 
@@ -172,7 +176,7 @@ def test_terminal_chat_prints_the_thinking_then_the_answer(think_model_dir):
 
     def chat(*extra: str) -> str:
         res = subprocess.run(
-            [sys.executable, "-m", "engine.cli.main", "chat", "--model", str(think_model_dir),
+            [sys.executable, "-m", "npu_console.engine.cli.main", "chat", "--model", str(think_model_dir),
              "--temperature", "0", "--threads", "1", *extra],
             input="Spell rocket backwards.\n/exit\n", capture_output=True, text=True,
             timeout=300, cwd=Path(__file__).resolve().parent.parent, check=True)

@@ -5,8 +5,7 @@ the same code on a real model."""
 from __future__ import annotations
 
 import pytest
-
-from engine.runtime.reasoning import ReasoningParser, choose_parser, prompt_state
+from npu_console.engine.runtime.reasoning import ReasoningParser, choose_parser, prompt_state
 
 REPLY = "<think>\nI add 2 and 2.\nThat is 4.\n</think>\n\nThe answer is 4."
 

@@ -9,8 +9,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(stories_dir):
-    from engine.api import ServerController
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     engine = LocalEngine(EngineConfig(max_running=2, num_threads=1))
     engine.load(stories_dir, name="stories").result(120)
@@ -34,7 +34,7 @@ def feed(monkeypatch, lines):
 
 
 def test_chat_streams_replies_from_the_remote_server(server, monkeypatch, capsys):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     engine, url = server
     finished_before = engine.stats().requests_finished
@@ -56,7 +56,7 @@ def test_chat_streams_replies_from_the_remote_server(server, monkeypatch, capsys
     (["--api-key", "wrong"], "refused the API key"),
 ])
 def test_chat_remote_errors_are_one_line(server, monkeypatch, capsys, argv, message):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     _, url = server
     feed(monkeypatch, [])

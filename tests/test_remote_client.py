@@ -7,11 +7,10 @@ import time
 
 import pytest
 from fakes.slow_steps import slowed_steps
-
-from engine.remote import RemoteAuthError, RemoteConnectionError, RemoteEngine
-from engine.remote.client import request_body
-from engine.remote.prom import parse_metrics
-from engine.runtime.types import GenerationRequest, SamplingParams
+from npu_console.engine.remote import RemoteAuthError, RemoteConnectionError, RemoteEngine
+from npu_console.engine.remote.client import request_body
+from npu_console.engine.remote.prom import parse_metrics
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
 # vLLM v1 exposition (names and labels as vLLM's metrics docs list them)
 VLLM_METRICS = """\
@@ -121,8 +120,8 @@ def test_request_body_leaves_model_defaults_to_the_server_and_keeps_explicit_fie
 
 @pytest.fixture(scope="module")
 def keyed_server(stories_dir):
-    from engine.api import ServerController
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
     engine.load(stories_dir, name="stories").result(120)

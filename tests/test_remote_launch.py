@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from engine.remote.launch import LaunchError, export_format, launch_command
+from npu_console.engine.remote.launch import LaunchError, export_format, launch_command
 
 
 def folder(tmp_path, name, config, files=()):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from engine.runtime.types import (
+from npu_console.engine.runtime.types import (
     FinishEvent,
     GenerationRequest,
     ModelNotFoundError,
@@ -19,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def pool(stories_dir):
-    from engine.remote import ReplicaPool
-    from engine.runtime import EngineConfig
+    from npu_console.engine.remote import ReplicaPool
+    from npu_console.engine.runtime import EngineConfig
 
     p = ReplicaPool.local(["cpu", "cpu"], EngineConfig(max_running=4, num_threads=1))
     infos = p.load(stories_dir, name="stories", timeout=120)
@@ -86,8 +85,7 @@ def test_pool_keeps_the_engine_contract(pool):
 def test_pool_behind_the_http_api(pool):
     """The pool is an EngineClient, so the OpenAI server can front both replicas."""
     import httpx
-
-    from engine.api import ServerController
+    from npu_console.engine.api import ServerController
 
     controller = ServerController(pool)
     url = controller.start(port=0)

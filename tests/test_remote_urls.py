@@ -4,8 +4,7 @@ of the two it replaced, which refuses a URL without an http(s) scheme instead of
 from __future__ import annotations
 
 import pytest
-
-from engine.remote.urls import normalize_base_url
+from npu_console.engine.remote.urls import normalize_base_url
 
 
 @pytest.mark.parametrize(("url", "want"), [
@@ -25,7 +24,7 @@ def test_a_url_without_an_http_scheme_is_refused(url):
 
 
 def test_the_benchmark_and_the_remote_engine_use_the_same_one():
-    from engine.bench import serving
-    from engine.remote import client
+    from npu_console.engine.bench import serving
+    from npu_console.engine.remote import client
 
     assert serving.normalize_base_url is client.normalize_base_url is normalize_base_url

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from engine.runtime.kv_slots import SlotAllocator, common_prefix_len
-from engine.runtime.scheduler import Scheduler
-from engine.runtime.sequence import SeqState, Sequence
-from engine.runtime.types import SamplingParams
+from npu_console.engine.runtime.kv_slots import SlotAllocator, common_prefix_len
+from npu_console.engine.runtime.scheduler import Scheduler
+from npu_console.engine.runtime.sequence import SeqState, Sequence
+from npu_console.engine.runtime.types import SamplingParams
 
 
 def make(n_slots=4, max_len=64, max_running=16, budget=32, prefix=True):

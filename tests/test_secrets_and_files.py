@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 from fakes.memory_keyring import memory_keyring
-
-from console.api_key_store import ApiKeyStore, key_file, usable_keyring
-from engine import atomic_files
-from engine.quant.outdir import OutputFolderError, restore_left_aside, write_folder
+from npu_console.console.api_key_store import ApiKeyStore, key_file, usable_keyring
+from npu_console.engine import atomic_files
+from npu_console.engine.quant.outdir import OutputFolderError, restore_left_aside, write_folder
 
 
 def mode(path: Path) -> int:
@@ -28,7 +27,7 @@ def mode(path: Path) -> int:
 
 @pytest.fixture
 def settings(tmp_path):
-    from console.settings import open_settings
+    from npu_console.console.settings import open_settings
 
     return open_settings(tmp_path / "console.ini")
 
@@ -71,7 +70,7 @@ def test_with_a_working_keyring_the_key_lives_there(settings):
 
 
 def test_the_server_page_keeps_its_key_out_of_the_ini(qapp, qtbot, tmp_path):
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     win = make_window(tmp_path, start_engine=False)
     try:
@@ -94,7 +93,7 @@ def test_the_server_page_keeps_its_key_out_of_the_ini(qapp, qtbot, tmp_path):
 
 @pytest.fixture
 def kernel_cache(tmp_path, monkeypatch):
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
 
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     first = native.build()
@@ -165,7 +164,7 @@ def test_overwrite_replaces_only_model_or_empty_folders(tmp_path):
 
 def test_quantize_refuses_to_overwrite_a_folder_that_is_not_a_model(tmp_path, demo_model_dir,
                                                                      capsys):
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     precious = tmp_path / "home"
     precious.mkdir()
@@ -213,7 +212,7 @@ def kept_aside(path: Path) -> list[Path]:
 
 
 def test_a_damaged_quant_history_is_kept_aside_and_reported(tmp_path):
-    from console.pages.quant_work import QuantRunStore
+    from npu_console.console.pages.quant_work import QuantRunStore
 
     path = tmp_path / "quant_runs.json"
     path.write_text('{"runs": [{"key": "a", ')  # cut off mid-write by an older version
@@ -229,8 +228,8 @@ def test_a_damaged_quant_history_is_kept_aside_and_reported(tmp_path):
 
 
 def test_recent_models_and_presets_survive_damage_and_write_atomically(tmp_path):
-    from console import presets
-    from engine.models import recent
+    from npu_console.console import presets
+    from npu_console.engine.models import recent
 
     recent_file = recent._file()
     recent_file.write_text("{broken")
@@ -248,7 +247,7 @@ def test_recent_models_and_presets_survive_damage_and_write_atomically(tmp_path)
 
 
 def test_a_damaged_conversation_is_kept_aside(tmp_path):
-    from console.chat_store import ChatStore, Conversation
+    from npu_console.console.chat_store import ChatStore, Conversation
 
     store = ChatStore(tmp_path / "conversations")
     good = Conversation(title="kept")
@@ -259,7 +258,7 @@ def test_a_damaged_conversation_is_kept_aside(tmp_path):
 
 
 def test_a_damaged_settings_file_is_kept_aside_and_shown(qapp, qtbot, tmp_path):
-    from console.testing import make_window
+    from npu_console.console.testing import make_window
 
     ini = tmp_path / "console.ini"
     ini.write_text('[ui]\ntheme=dark\n[[broken\nx="unterminated\n')

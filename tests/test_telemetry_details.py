@@ -10,14 +10,13 @@ import stat
 import time
 
 import pytest
-
-from engine.cli.main import main
-from engine.telemetry import make_provider
-from engine.telemetry.capture_folder import classify, scan_folder
-from engine.telemetry.npu_health import NO_TEXT, explain_codes, explain_status
-from engine.telemetry.npu_smi_kv import parse_usages
-from engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
-from engine.telemetry.providers import NpuSmiProvider
+from npu_console.engine.cli.main import main
+from npu_console.engine.telemetry import make_provider
+from npu_console.engine.telemetry.capture_folder import classify, scan_folder
+from npu_console.engine.telemetry.npu_health import NO_TEXT, explain_codes, explain_status
+from npu_console.engine.telemetry.npu_smi_kv import parse_usages
+from npu_console.engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
+from npu_console.engine.telemetry.providers import NpuSmiProvider
 
 FAMILY_910A = ("910a_info_1", "910a_usages_2", "910a_board_1", "910a_board-c_1", "910a_ecc_1",
                "910a_health-c_1")

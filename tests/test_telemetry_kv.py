@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.telemetry.npu_smi_kv import (
+from npu_console.engine.telemetry.npu_smi_kv import (
     parse_common,
     parse_kv_output,
     parse_memory,
@@ -14,7 +13,7 @@ from engine.telemetry.npu_smi_kv import (
     parse_temp,
     parse_usages,
 )
-from engine.telemetry.npu_smi_kv_card import (
+from npu_console.engine.telemetry.npu_smi_kv_card import (
     parse_board,
     parse_ecc,
     parse_health,

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-
-from engine.cli.main import main
-from engine.telemetry import TelemetryPoller, make_provider
-from engine.telemetry.alerts import (
+from npu_console.engine.cli.main import main
+from npu_console.engine.telemetry import TelemetryPoller, make_provider
+from npu_console.engine.telemetry.alerts import (
     AICoreSaturatedRule,
     EngineMetricRule,
     ErrorRateRule,
@@ -21,9 +19,10 @@ from engine.telemetry.alerts import (
     ProcessChangeRule,
     TemperatureRule,
 )
-from engine.telemetry.history import MetricHistory
-from engine.telemetry.prometheus import TelemetryCollector
-from engine.telemetry.types import DeviceSnapshot
+from npu_console.engine.telemetry.history import MetricHistory
+from npu_console.engine.telemetry.prometheus import TelemetryCollector
+from npu_console.engine.telemetry.types import DeviceSnapshot
+from prometheus_client import CollectorRegistry, generate_latest
 
 
 def replay(fixtures, *names, **kw):

@@ -10,9 +10,8 @@ import time
 
 import numpy as np
 import pytest
-
-from engine.telemetry import TelemetryPoller, make_provider
-from engine.telemetry.providers import NpuSmiProvider, NvmlProvider, SnapshotSource
+from npu_console.engine.telemetry import TelemetryPoller, make_provider
+from npu_console.engine.telemetry.providers import NpuSmiProvider, NvmlProvider, SnapshotSource
 
 
 def write_stand_in(tmp_path, capture, mode="ok"):

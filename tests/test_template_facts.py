@@ -7,9 +7,8 @@ import copy
 import types
 
 import pytest
-
-from engine.runtime import context_budget as cb
-from engine.runtime.template_facts import default_system_prompt, end_of_turn_id
+from npu_console.engine.runtime import context_budget as cb
+from npu_console.engine.runtime.template_facts import default_system_prompt, end_of_turn_id
 
 # the shapes of Llama 3's and Qwen2.5's templates: another end-of-turn token than EOS, and a
 # system prompt inserted when the conversation has none
@@ -26,7 +25,7 @@ QWEN_LIKE = (
 
 @pytest.fixture()
 def tok(demo_model_dir):
-    from engine.models.loader import load_tokenizer
+    from npu_console.engine.models.loader import load_tokenizer
 
     t = copy.deepcopy(load_tokenizer(demo_model_dir))
     t.add_special_tokens({"additional_special_tokens": [
@@ -46,7 +45,7 @@ def test_end_of_turn_is_found_in_the_template(tok):
 
 
 def test_the_engine_stops_on_the_templates_end_of_turn_too(tok):
-    from engine.runtime.variant import eos_ids
+    from npu_console.engine.runtime.variant import eos_ids
 
     tok.chat_template = LLAMA3_LIKE
     loaded = types.SimpleNamespace(tokenizer=tok, model=types.SimpleNamespace(
@@ -79,7 +78,7 @@ def test_slots_get_the_models_context_when_memory_allows():
 
 
 def test_sampling_panel_shows_the_template_default_and_keeps_the_users_text(qtbot):
-    from console.widgets.sampling_panel import SamplingPanel
+    from npu_console.console.widgets.sampling_panel import SamplingPanel
 
     panel = SamplingPanel()
     qtbot.addWidget(panel)

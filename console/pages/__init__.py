@@ -2,10 +2,10 @@
 (module, class name) pairs here; the window builds whatever is listed, so Ctrl+1..n follow."""
 
 PAGES: list[tuple[str, str]] = [
-    ("console.pages.dashboard", "DashboardPage"),
-    ("console.pages.models", "ModelsPage"),
-    ("console.pages.chat", "ChatPage"),
-    ("console.pages.quantize", "QuantizePage"),
-    ("console.pages.benchmark", "BenchmarkPage"),
-    ("console.pages.server", "ServerPage"),
+    ("npu_console.console.pages.dashboard", "DashboardPage"),
+    ("npu_console.console.pages.models", "ModelsPage"),
+    ("npu_console.console.pages.chat", "ChatPage"),
+    ("npu_console.console.pages.quantize", "QuantizePage"),
+    ("npu_console.console.pages.benchmark", "BenchmarkPage"),
+    ("npu_console.console.pages.server", "ServerPage"),
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
 
 HISTORY_LIMIT = 50
 
@@ -56,7 +56,7 @@ def serving_record(result) -> BenchRecord:
 class BenchStore:
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from engine.paths import state_dir
+            from npu_console.engine.paths import state_dir
 
             path = state_dir() / "bench_runs.json"
         self.path = Path(path)

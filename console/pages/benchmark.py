@@ -11,6 +11,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyqtgraph as pg
+from npu_console.console.bench_history import (
+    OFFLINE_HEADERS,
+    SERVING_HEADERS,
+    BenchHistory,
+    offline_rows,
+    offline_work,
+    roofline_text,
+    serving_bars,
+    serving_rows,
+    serving_summary,
+    serving_work,
+)
+from npu_console.console.jobs import BackgroundJob
+from npu_console.console.pages.base import Page
+from npu_console.console.pages.bench_store import (
+    BenchRecord,
+    export_csv,
+    export_json,
+)
+from npu_console.console.theme import current_theme
+from npu_console.console.widgets.bars import BarChart, radio_style
+from npu_console.console.widgets.basic import card, muted, page_title
+from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,30 +57,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.bench_history import (
-    OFFLINE_HEADERS,
-    SERVING_HEADERS,
-    BenchHistory,
-    offline_rows,
-    offline_work,
-    roofline_text,
-    serving_bars,
-    serving_rows,
-    serving_summary,
-    serving_work,
-)
-from console.jobs import BackgroundJob
-from console.pages.base import Page
-from console.pages.bench_store import (
-    BenchRecord,
-    export_csv,
-    export_json,
-)
-from console.theme import current_theme
-from console.widgets.bars import BarChart, radio_style
-from console.widgets.basic import card, muted, page_title
-from console.widgets.job_progress import JobProgress
 
 BATCH_CHOICES = (1, 2, 4, 8, 16)
 

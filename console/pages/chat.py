@@ -6,6 +6,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from npu_console.console.chat_session import ChatSession, reply_stats
+from npu_console.console.chat_store import Message, export
+from npu_console.console.pages.base import Page
+from npu_console.console.widgets.basic import card, muted, page_title
+from npu_console.console.widgets.chat_view import ChatInput, Transcript
+from npu_console.console.widgets.sampling_panel import SamplingPanel
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
@@ -23,13 +29,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.chat_session import ChatSession, reply_stats
-from console.chat_store import Message, export
-from console.pages.base import Page
-from console.widgets.basic import card, muted, page_title
-from console.widgets.chat_view import ChatInput, Transcript
-from console.widgets.sampling_panel import SamplingPanel
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +237,7 @@ class ChatPage(Page):
         return self._generate()
 
     def _generate(self) -> list[str]:
-        from engine.runtime.types import EngineError
+        from npu_console.engine.runtime.types import EngineError
 
         self.error_label.setText("")
         try:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import math
 
+from npu_console.console.pages.base import Page
+from npu_console.console.widgets.basic import Banner, discard, muted, page_title
+from npu_console.console.widgets.chip_drawer import ChipDrawer
+from npu_console.console.widgets.device_card import DeviceCard
+from npu_console.console.widgets.engine_panel import EnginePanel
+from npu_console.console.widgets.live_plot import LivePlot
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
@@ -17,13 +23,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.pages.base import Page
-from console.widgets.basic import Banner, discard, muted, page_title
-from console.widgets.chip_drawer import ChipDrawer
-from console.widgets.device_card import DeviceCard
-from console.widgets.engine_panel import EnginePanel
-from console.widgets.live_plot import LivePlot
 
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("60 min", 3600))
 METRICS = (("AI Core / util %", "util_pct", "host:cpu_pct"), ("Memory %", "mem_pct", "host:mem_pct"),

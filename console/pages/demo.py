@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from npu_console.console.widgets.live_plot import LivePlot
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QPalette, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
@@ -23,8 +24,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.widgets.live_plot import LivePlot
 
 BIG_PT = 40
 LABEL_PT = 14
@@ -218,7 +217,7 @@ class DemoView(QWidget):
     # ------------------------------------------------------------------ A/B chat
 
     def send(self, text: str | None = None) -> list[str]:
-        from engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+        from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
 
         text = (text if isinstance(text, str) else None) or self.prompt.text().strip()
         if not text:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from npu_console.console.pages.base import Page
+from npu_console.console.widgets.basic import card, fmt_bytes, muted, page_title
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -22,9 +24,6 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
     QVBoxLayout,
 )
-
-from console.pages.base import Page
-from console.widgets.basic import card, fmt_bytes, muted, page_title
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -204,7 +203,7 @@ class ModelsPage(Page):
         self._dialog = dialog
 
     def refresh_recent(self) -> None:
-        from engine.models import recent_models
+        from npu_console.engine.models import recent_models
 
         self.recent.clear()
         for path in recent_models():
@@ -213,7 +212,7 @@ class ModelsPage(Page):
 
     def open_folder(self, path) -> bool:
         """Inspect (no torch; milliseconds) and show; a broken folder opens an error dialog."""
-        from engine.models import inspect_model_folder
+        from npu_console.engine.models import inspect_model_folder
 
         if not path:
             return False
@@ -283,7 +282,7 @@ class ModelsPage(Page):
         return next((d for d in self.ctx.engine_host.devices if d.torch_device == spec), None)
 
     def update_estimate(self) -> None:
-        from engine.models import estimate_memory, fits_message
+        from npu_console.engine.models import estimate_memory, fits_message
 
         if self.report is None:
             return
@@ -340,7 +339,7 @@ class ModelsPage(Page):
         if job is None or job.job_id != job_id:
             return
         if info is not None:
-            from engine.models import add_recent_model
+            from npu_console.engine.models import add_recent_model
 
             add_recent_model(job.path)
             self.refresh_recent()

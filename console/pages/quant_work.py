@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
 
 Report = Callable[[float, str], None]  # fraction 0..1, stage line
 
@@ -138,7 +138,7 @@ class QuantRun:
 
 def default_eval_file() -> Path | None:
     """Held-out text when the project ships it, else the calibration text."""
-    from engine.paths import CALIB_DIR
+    from npu_console.engine.paths import CALIB_DIR
 
     for name in ("heldout_demo.txt", "calibration.txt"):
         if (CALIB_DIR / name).is_file():
@@ -148,10 +148,10 @@ def default_eval_file() -> Path | None:
 
 def calib_summary(path: str | None) -> tuple[int, int]:
     """(documents, words) of a calibration file; raises QuantError with a one-line reason."""
-    from engine.quant.calib import read_texts
+    from npu_console.engine.quant.calib import read_texts
 
     if path is not None and Path(path).is_file() and Path(path).stat().st_size > 200 * 2**20:
-        from engine.quant.config import QuantError
+        from npu_console.engine.quant.config import QuantError
 
         raise QuantError(f"{path} is larger than 200 MB; pick a smaller calibration file")
     texts = read_texts(path)
@@ -159,7 +159,7 @@ def calib_summary(path: str | None) -> tuple[int, int]:
 
 
 def runs_dir() -> Path:
-    from engine.paths import state_dir
+    from npu_console.engine.paths import state_dir
 
     return state_dir() / "quantized"
 
@@ -177,8 +177,8 @@ def _stage(report: Report, lo: float, hi: float) -> Callable[[str, int, int], No
 def run_plan(plan: QuantPlan, report: Report, cancel, out_dir: str | Path | None = None) -> QuantRun:
     """Quantize, export (native, atomically), and measure float vs INT8. A cancel at any stage
     removes the output folder this run wrote, so nothing half-done stays on disk."""
-    from engine.quant.calib import Cancelled
-    from engine.quant.job import QuantizeRequest, run_quantize
+    from npu_console.engine.quant.calib import Cancelled
+    from npu_console.engine.quant.job import QuantizeRequest, run_quantize
 
     out = Path(out_dir) if out_dir else runs_dir() / f"{plan.model_name}-{plan.method}-{plan.key()}"
     existed = out.exists()
@@ -253,7 +253,7 @@ def _now() -> str:
 
 
 def eval_file(plan: QuantPlan) -> Path:
-    from engine.quant.config import QuantError
+    from npu_console.engine.quant.config import QuantError
 
     path = default_eval_file()
     if path is None and plan.calib_file:
@@ -265,9 +265,9 @@ def eval_file(plan: QuantPlan) -> Path:
 
 
 def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
-    from engine.quant.calib import read_texts
-    from engine.quant.config import QuantError
-    from engine.quant.report import text_token_ids
+    from npu_console.engine.quant.calib import read_texts
+    from npu_console.engine.quant.config import QuantError
+    from npu_console.engine.quant.report import text_token_ids
 
     path = eval_file(plan)
     ids = text_token_ids(tokenizer, read_texts(str(path)))[:plan.eval_tokens]
@@ -278,11 +278,11 @@ def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
 
 def measure(plan: QuantPlan, quant_dir: str, report: Report, cancel, lo: float = 0.0,
             hi: float = 1.0) -> tuple[VariantMeasure, VariantMeasure, str]:
-    from engine.models.loader import load_model
-    from engine.quant import eval_methods as em
-    from engine.quant import evaluate as ev
-    from engine.quant.calib import Cancelled
-    from engine.quant.report import dir_bytes
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.quant import eval_methods as em
+    from npu_console.engine.quant import evaluate as ev
+    from npu_console.engine.quant.calib import Cancelled
+    from npu_console.engine.quant.report import dir_bytes
 
     def check() -> None:
         if cancel.is_set():
@@ -363,11 +363,10 @@ class SensitivityResult:
 def run_sensitivity(plan: QuantPlan, report: Report, cancel, max_samples: int = 4,
                     max_skip: int = 12) -> SensitivityResult:
     import torch
-
-    from engine.quant import calib as calib_mod
-    from engine.quant.config import QuantConfig, select_layers
-    from engine.quant.job import load_float_model
-    from engine.quant.sensitivity import layer_sensitivity, recommend_skip
+    from npu_console.engine.quant import calib as calib_mod
+    from npu_console.engine.quant.config import QuantConfig, select_layers
+    from npu_console.engine.quant.job import load_float_model
+    from npu_console.engine.quant.sensitivity import layer_sensitivity, recommend_skip
 
     t0 = time.perf_counter()
     report(0.0, "sensitivity: loading the float model")
@@ -402,7 +401,7 @@ def run_sensitivity(plan: QuantPlan, report: Report, cancel, max_samples: int = 
 
 def export_run(run: QuantRun, fmt: str, dest: str | Path, report: Report, overwrite: bool = False) -> Path:
     """Write the run's checkpoint in another format (every export is atomic)."""
-    from engine.quant.io import export, load_quantized_model
+    from npu_console.engine.quant.io import export, load_quantized_model
 
     report(0.1, f"loading {Path(run.out_dir).name}")
     model = load_quantized_model(run.out_dir, "cpu", "float32")
@@ -420,7 +419,7 @@ class QuantRunStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from engine.paths import state_dir
+            from npu_console.engine.paths import state_dir
 
             path = state_dir() / "quant_runs.json"
         self.path = Path(path)

@@ -10,6 +10,25 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from npu_console.console.pages.base import Page
+from npu_console.console.pages.jobs import BackgroundJob
+from npu_console.console.pages.quant_work import (
+    METHOD_LABELS,
+    PRESET_LABELS,
+    QuantPlan,
+    QuantRun,
+    QuantRunStore,
+    SensitivityResult,
+    calib_summary,
+    export_run,
+    recipe_rows,
+    run_plan,
+    run_sensitivity,
+    verdict,
+)
+from npu_console.console.widgets.bars import BarChart, radio_style
+from npu_console.console.widgets.basic import Badge, card, fmt_bytes, muted, page_title
+from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,34 +53,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from console.pages.base import Page
-from console.pages.jobs import BackgroundJob
-from console.pages.quant_work import (
-    METHOD_LABELS,
-    PRESET_LABELS,
-    QuantPlan,
-    QuantRun,
-    QuantRunStore,
-    SensitivityResult,
-    calib_summary,
-    export_run,
-    recipe_rows,
-    run_plan,
-    run_sensitivity,
-    verdict,
-)
-from console.widgets.bars import BarChart, radio_style
-from console.widgets.basic import Badge, card, fmt_bytes, muted, page_title
-from console.widgets.job_progress import JobProgress
-
 STEPS = ("Model", "Method", "Calibration", "Sensitivity", "Run & compare")
 FORMAT_LABELS = {"native": "Native (this console)", "compressed-tensors": "compressed-tensors (vLLM)",
                  "msmodelslim": "msModelSlim (vllm-ascend)"}
 
 
 def _cancel_types():
-    from engine.models.loader import LoadCancelled
-    from engine.quant.calib import Cancelled
+    from npu_console.engine.models.loader import LoadCancelled
+    from npu_console.engine.quant.calib import Cancelled
 
     return (Cancelled, LoadCancelled)
 

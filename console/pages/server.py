@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import time
 
+from npu_console.console.pages.base import Page
+from npu_console.console.pages.server_snippets import snippets
+from npu_console.console.theme import current_theme
+from npu_console.console.widgets.basic import Lamp, card, muted, page_title
+from npu_console.engine.api.ports import port_problem
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
@@ -27,12 +32,6 @@ from PySide6.QtWidgets import (
     QTabWidget,
     QVBoxLayout,
 )
-
-from console.pages.base import Page
-from console.pages.server_snippets import snippets
-from console.theme import current_theme
-from console.widgets.basic import Lamp, card, muted, page_title
-from engine.api.ports import port_problem
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
 LOG_ROWS = 500  # as console.server_service.LOG_ROWS

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
+from npu_console.console.theme import current_theme
 from PySide6.QtWidgets import QSizePolicy
-
-from console.theme import current_theme
 
 
 class BarChart(pg.PlotWidget):

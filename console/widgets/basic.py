@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from npu_console.console.theme import current_theme, repolish
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
@@ -16,8 +17,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.theme import current_theme, repolish
 
 
 class Badge(QLabel):

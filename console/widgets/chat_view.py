@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from npu_console.console.chat_store import Message, format_stats, thinking_summary
+from npu_console.console.widgets.basic import discard
+from npu_console.console.widgets.thinking import ThinkingBlock
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -13,10 +16,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.chat_store import Message, format_stats, thinking_summary
-from console.widgets.basic import discard
-from console.widgets.thinking import ThinkingBlock
 
 
 class Bubble(QFrame):

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import time
 
+from npu_console.console.widgets.basic import Badge, MetricBar, fmt_num, muted
+from npu_console.console.widgets.device_card import health_kind
+from npu_console.engine.telemetry.npu_health import explain_codes
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -17,10 +20,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console.widgets.basic import Badge, MetricBar, fmt_num, muted
-from console.widgets.device_card import health_kind
-from engine.telemetry.npu_health import explain_codes
 
 USAGE_ROWS = (("AI CPU", "aicpu_pct"), ("Control CPU", "ctrlcpu_pct"),
               ("HBM bandwidth", "hbm_bandwidth_pct"), ("DDR bandwidth", "ddr_bandwidth_pct"),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from npu_console.console.theme import repolish
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
-
-from console.theme import repolish
 
 
 class EngineCrashBanner(QFrame):

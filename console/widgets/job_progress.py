@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from npu_console.console.jobs import BackgroundJob, fmt_eta
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
-
-from console.jobs import BackgroundJob, fmt_eta
 
 
 class JobProgress(QWidget):

@@ -6,10 +6,9 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
+from npu_console.console.theme import current_theme
+from npu_console.engine.ring import Ring
 from PySide6.QtWidgets import QSizePolicy
-
-from console.theme import current_theme
-from engine.ring import Ring
 
 pg.setConfigOptions(antialias=False, useOpenGL=False)
 

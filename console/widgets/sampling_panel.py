@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from npu_console.console import presets
+from npu_console.console.widgets.basic import muted
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -17,9 +19,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from console import presets
-from console.widgets.basic import muted
 
 
 def _dspin(lo, hi, step, decimals=2) -> QDoubleSpinBox:
@@ -138,7 +137,7 @@ class SamplingPanel(QWidget):
                 "stop": [s for s in stops if s]}
 
     def sampling_params(self):
-        from engine.runtime.types import SamplingParams
+        from npu_console.engine.runtime.types import SamplingParams
 
         v = self.values()
         return SamplingParams(max_tokens=v["max_tokens"], temperature=v["temperature"],

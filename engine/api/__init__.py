@@ -10,15 +10,15 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "build_app": "engine.api.app",
-    "RequestLog": "engine.api.request_log",
-    "RequestLogEntry": "engine.api.request_log",
-    "PortInUseError": "engine.api.ports",
-    "ServerController": "engine.api.server",
-    "ServerStartError": "engine.api.ports",
-    "port_in_use": "engine.api.ports",
-    "ApiSettings": "engine.api.settings",
-    "UnsafeSettingsError": "engine.api.settings",
+    "build_app": "npu_console.engine.api.app",
+    "RequestLog": "npu_console.engine.api.request_log",
+    "RequestLogEntry": "npu_console.engine.api.request_log",
+    "PortInUseError": "npu_console.engine.api.ports",
+    "ServerController": "npu_console.engine.api.server",
+    "ServerStartError": "npu_console.engine.api.ports",
+    "port_in_use": "npu_console.engine.api.ports",
+    "ApiSettings": "npu_console.engine.api.settings",
+    "UnsafeSettingsError": "npu_console.engine.api.settings",
 }
 
 __all__ = [
@@ -30,4 +30,4 @@ __all__ = [
 def __getattr__(name: str):
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'engine.api' has no attribute {name!r}")
+    raise AttributeError(f"module 'npu_console.engine.api' has no attribute {name!r}")

@@ -5,26 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
-
-from engine import __version__
-from engine.api.context import ApiContext
-from engine.api.errors import install_error_handlers
-from engine.api.metrics import ApiMetrics
-from engine.api.middleware import (
+from npu_console.engine import __version__
+from npu_console.engine.api.context import ApiContext
+from npu_console.engine.api.errors import install_error_handlers
+from npu_console.engine.api.metrics import ApiMetrics
+from npu_console.engine.api.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodyLimitMiddleware,
     HostCheckMiddleware,
     RequestLogMiddleware,
 )
-from engine.api.request_log import RequestLog
-from engine.api.routes_misc import router as misc_router
-from engine.api.routes_openai import router as openai_router
-from engine.api.routes_telemetry import TelemetryStreams
-from engine.api.routes_telemetry import router as telemetry_router
-from engine.api.settings import ApiSettings
-from engine.runtime.types import EngineClient
+from npu_console.engine.api.request_log import RequestLog
+from npu_console.engine.api.routes_misc import router as misc_router
+from npu_console.engine.api.routes_openai import router as openai_router
+from npu_console.engine.api.routes_telemetry import TelemetryStreams
+from npu_console.engine.api.routes_telemetry import router as telemetry_router
+from npu_console.engine.api.settings import ApiSettings
+from npu_console.engine.runtime.types import EngineClient
+from starlette.middleware.cors import CORSMiddleware
 
 
 def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,

@@ -9,9 +9,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from engine.api.context import ApiContext
-from engine.api.errors import ApiError
-from engine.runtime.types import (
+from npu_console.engine.api.context import ApiContext
+from npu_console.engine.api.errors import ApiError
+from npu_console.engine.runtime.types import (
     EngineError,
     Event,
     FinishEvent,

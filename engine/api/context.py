@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from engine.api.request_log import RequestLog
-from engine.api.settings import ApiSettings
-from engine.runtime.types import EngineClient, RequestHandle
+from npu_console.engine.api.request_log import RequestLog
+from npu_console.engine.api.settings import ApiSettings
+from npu_console.engine.runtime.types import EngineClient, RequestHandle
 
 
 @dataclass

@@ -14,11 +14,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from npu_console.engine.runtime.types import (
+    ContextLengthError,
+    EngineError,
+    ModelNotFoundError,
+    QueueFullError,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.runtime.types import ContextLengthError, EngineError, ModelNotFoundError, QueueFullError
-
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",

@@ -11,12 +11,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from npu_console.engine.api.context import ApiContext
+from npu_console.engine.api.request_log import RequestLogEntry
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from engine.api.context import ApiContext
-from engine.api.request_log import RequestLogEntry
-
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 
 class ApiMetrics:
@@ -43,7 +42,7 @@ class ApiMetrics:
 
     def _register_engine(self, engine: Any) -> None:
         try:
-            from engine.runtime.prometheus import register_engine_metrics
+            from npu_console.engine.runtime.prometheus import register_engine_metrics
         except ImportError:
             log.warning("engine metrics exporter not available; /metrics shows API metrics only")
             return
@@ -53,7 +52,7 @@ class ApiMetrics:
 
     def _register_telemetry(self, poller: Any) -> None:
         try:
-            from engine.telemetry.prometheus import TelemetryCollector
+            from npu_console.engine.telemetry.prometheus import TelemetryCollector
         except ImportError:
             log.warning("telemetry exporter not available; /metrics has no device metrics")
             return

@@ -13,9 +13,9 @@ import logging
 import time
 from typing import Any
 
-from engine.api.request_log import RequestInfo, RequestLog, RequestLogEntry
+from npu_console.engine.api.request_log import RequestInfo, RequestLog, RequestLogEntry
 
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 Scope = dict[str, Any]
 

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api.batch import ChoiceResult
-from engine.runtime.types import FinishEvent
+from npu_console.engine.api.batch import ChoiceResult
+from npu_console.engine.runtime.types import FinishEvent
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from npu_console.engine.api.errors import ApiError
+from npu_console.engine.api.routes_openai import context
+from npu_console.engine.runtime.types import ModelInfo
 from prometheus_client import CONTENT_TYPE_LATEST
-
-from engine.api.errors import ApiError
-from engine.api.routes_openai import context
-from engine.runtime.types import ModelInfo
 
 router = APIRouter()
 

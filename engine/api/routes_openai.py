@@ -8,21 +8,24 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-
-from engine.api.batch import Batch, ChoiceResult, ClientGone, RequestTimedOut
-from engine.api.context import ApiContext
-from engine.api.errors import ApiError
-from engine.api.middleware import request_info
-from engine.api.openai_format import (
+from npu_console.engine.api.batch import Batch, ChoiceResult, ClientGone, RequestTimedOut
+from npu_console.engine.api.context import ApiContext
+from npu_console.engine.api.errors import ApiError
+from npu_console.engine.api.middleware import request_info
+from npu_console.engine.api.openai_format import (
     ChunkWriter,
     chat_response,
     completion_response,
     usage_dict,
 )
-from engine.api.request_log import RequestInfo
-from engine.api.schemas import ChatCompletionRequest, CompletionRequest, LegacyChatRequest
-from engine.api.sse import DONE, SSEResponse
-from engine.runtime.types import (
+from npu_console.engine.api.request_log import RequestInfo
+from npu_console.engine.api.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    LegacyChatRequest,
+)
+from npu_console.engine.api.sse import DONE, SSEResponse
+from npu_console.engine.runtime.types import (
     FinishEvent,
     GenerationRequest,
     SamplingParams,
@@ -31,7 +34,7 @@ from engine.runtime.types import (
 )
 
 router = APIRouter()
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 CLIENT_CLOSED = 499  # nginx's code for "client closed request": only ever seen in the log
 

@@ -15,10 +15,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-
-from engine.api.errors import ApiError
-from engine.api.sse import SSEResponse, sse_data
-from engine.telemetry.snapshot_json import snapshot_json
+from npu_console.engine.api.errors import ApiError
+from npu_console.engine.api.sse import SSEResponse, sse_data
+from npu_console.engine.telemetry.snapshot_json import snapshot_json
 
 router = APIRouter()
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from npu_console.engine.api.errors import ApiError
+from npu_console.engine.runtime.types import MODEL_DEFAULT_FIELDS, SamplingParams
 from pydantic import BaseModel, ConfigDict, Field
-
-from engine.api.errors import ApiError
-from engine.runtime.types import MODEL_DEFAULT_FIELDS, SamplingParams
 
 MAX_STOP = 16
 MAX_SEED = 2**63 - 1

@@ -18,15 +18,14 @@ import time
 from typing import Any
 
 import uvicorn
+from npu_console.engine.api.app import build_app
+from npu_console.engine.api.ports import ServerStartError, bound_socket
+from npu_console.engine.api.request_log import RequestLog
+from npu_console.engine.api.settings import ApiSettings
+from npu_console.engine.api.slow_clients import protocol_class
+from npu_console.engine.runtime.types import EngineClient
 
-from engine.api.app import build_app
-from engine.api.ports import ServerStartError, bound_socket
-from engine.api.request_log import RequestLog
-from engine.api.settings import ApiSettings
-from engine.api.slow_clients import protocol_class
-from engine.runtime.types import EngineClient
-
-log = logging.getLogger("engine.api")
+log = logging.getLogger("npu_console.engine.api")
 
 
 class _ThreadServer(uvicorn.Server):

@@ -2,15 +2,26 @@
 for any OpenAI-compatible endpoint. Both report progress, can be cancelled, and write JSON + CSV.
 """
 
-from engine.bench.offline import BatchResult, OfflineConfig, OfflineResult, run_offline_sweep
-from engine.bench.progress import BenchError, Progress
-from engine.bench.serving import (
+from npu_console.engine.bench.offline import (
+    BatchResult,
+    OfflineConfig,
+    OfflineResult,
+    run_offline_sweep,
+)
+from npu_console.engine.bench.progress import BenchError, Progress
+from npu_console.engine.bench.serving import (
     ServingConfig,
     ServingResult,
     arun_serving_benchmark,
     run_serving_benchmark,
 )
-from engine.bench.stats import SLO, Distribution, RequestRecord, ServingMetrics, compute_metrics
+from npu_console.engine.bench.stats import (
+    SLO,
+    Distribution,
+    RequestRecord,
+    ServingMetrics,
+    compute_metrics,
+)
 
 __all__ = [
     "SLO", "BatchResult", "BenchError", "Distribution", "OfflineConfig", "OfflineResult",

@@ -18,9 +18,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-
-from engine.bench.hardware import Bandwidth, device_bandwidth, host_info_dict
-from engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
+from npu_console.engine.bench.hardware import Bandwidth, device_bandwidth, host_info_dict
+from npu_console.engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
 
 QUANT_CHOICES = ("none", "w8a16", "w8a8-dynamic", "w8a8-static")
 
@@ -146,7 +145,7 @@ class _MemorySampler:
     def _read(self) -> int:
         if self.kind == "rss":
             return self._proc.memory_info().rss
-        from engine.devices import memory_allocated
+        from npu_console.engine.devices import memory_allocated
 
         return memory_allocated(self.device) or 0
 
@@ -195,9 +194,9 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
     """Quantize the loaded model in memory with engine.quant (the recipe `quantize` uses, default
     options; w8a8-static calibrates on the shipped calibration text first)."""
     try:
-        from engine.quant import calib as calib_mod
-        from engine.quant.apply import prepare_for_serving, quantize_model
-        from engine.quant.config import QuantConfig, select_layers
+        from npu_console.engine.quant import calib as calib_mod
+        from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
+        from npu_console.engine.quant.config import QuantConfig, select_layers
     except ImportError as exc:
         raise BenchError(f"in-memory quantization is not available in this build ({exc}); "
                          "run with --quant none") from None
@@ -246,11 +245,16 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     `cancel` stops between steps: the batch in progress is cancelled and dropped, the finished
     ones are returned with cancelled=True.
     """
-    from engine.devices import import_torch
-    from engine.models import LoadCancelled, ModelFolderError, ModelLoadError, load_model
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.threads import run_in_fresh_thread
-    from engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+    from npu_console.engine.devices import import_torch
+    from npu_console.engine.models import (
+        LoadCancelled,
+        ModelFolderError,
+        ModelLoadError,
+        load_model,
+    )
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.threads import run_in_fresh_thread
+    from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
 
     cfg.check()
     cancel = cancel or threading.Event()

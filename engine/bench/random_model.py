@@ -6,7 +6,7 @@ model's full 151,936-id vocabulary ("t3" ... "t151935", split on spaces; ids 0-2
 <s>, </s>), so every generated id decodes to text, streamed answers carry one word per token,
 and a prompt of N random words is exactly N tokens.
 
-    python -m engine.bench.random_model --out /tmp/qwen05b-random [--dtype bfloat16]
+    python -m npu_console.engine.bench.random_model --out /tmp/qwen05b-random [--dtype bfloat16]
 """
 
 from __future__ import annotations

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-
-from engine.bench.arrivals import send_offsets
-from engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
-from engine.bench.prompts import (
+from npu_console.engine.bench.arrivals import send_offsets
+from npu_console.engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
+from npu_console.engine.bench.prompts import (
     BenchPrompt,
     DatasetError,
     load_dataset,
@@ -30,15 +29,15 @@ from engine.bench.prompts import (
     random_word_prompts,
     random_word_text,
 )
-from engine.bench.stats import SLO, RequestRecord, ServingMetrics, compute_metrics
-from engine.remote.sse import (
+from npu_console.engine.bench.stats import SLO, RequestRecord, ServingMetrics, compute_metrics
+from npu_console.engine.remote.sse import (
     chunk_reasoning,
     chunk_text,
     error_message,
     reasoning_tokens,
     sse_events,
 )
-from engine.remote.urls import normalize_base_url
+from npu_console.engine.remote.urls import normalize_base_url
 
 PROBE_WORDS = 64
 
@@ -318,7 +317,7 @@ def _make_prompts(cfg: ServingConfig, tokens_per_word: float | None,
             raise BenchError(str(exc)) from None
     if cfg.tokenizer:
         try:
-            from engine.models.loader import load_tokenizer
+            from npu_console.engine.models.loader import load_tokenizer
 
             tok = load_tokenizer(Path(cfg.tokenizer))
         except Exception as exc:  # noqa: BLE001 - any loader failure is a user error here
@@ -338,7 +337,7 @@ async def arun_serving_benchmark(cfg: ServingConfig, progress: ProgressFn | None
     it: requests in flight are dropped and the result holds the ones that finished
     (cancelled=True). `progress` is called on this loop's thread after every request; a GUI
     hands it over to its own thread."""
-    from engine.bench.hardware import host_info_dict
+    from npu_console.engine.bench.hardware import host_info_dict
 
     cfg.check()
     cancel = cancel or threading.Event()

@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
-from engine.cli.errors import CliError
+from npu_console.engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
+from npu_console.engine.cli.errors import CliError
 
 HELP = "commands: /reset (forget the conversation), /exit (quit); Ctrl-C stops a reply"
 
@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 def _fallback_model(args) -> None:
     """Until the demo model ships, fall back to the shared tiny Llama when it is there."""
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     if Path(args.model) == DEMO_MODEL_DIR and not (DEMO_MODEL_DIR / "config.json").exists():
         stories = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K"
@@ -46,8 +46,13 @@ def _fallback_model(args) -> None:
 
 
 def run(args) -> int:
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import EngineError, GenerationRequest, SamplingParams, TokenEvent
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import (
+        EngineError,
+        GenerationRequest,
+        SamplingParams,
+        TokenEvent,
+    )
 
     if getattr(args, "remote", None):
         engine, banner = _connect_remote(args)
@@ -145,9 +150,9 @@ class _ReplyPrinter:
 
 def _connect_remote(args):
     """--remote URL: the same chat through RemoteEngine (the EngineClient of a remote server)."""
-    from engine.paths import DEMO_MODEL_DIR
-    from engine.remote import RemoteEngine
-    from engine.runtime.types import EngineError
+    from npu_console.engine.paths import DEMO_MODEL_DIR
+    from npu_console.engine.remote import RemoteEngine
+    from npu_console.engine.runtime.types import EngineError
 
     model = None if Path(args.model) == DEMO_MODEL_DIR else args.model
     try:
@@ -170,7 +175,7 @@ def _connect_remote(args):
 
 def _submit_trimmed(engine, history, base, params, GenerationRequest, EngineError):
     """Submit the conversation, dropping the oldest turns while it does not fit the context."""
-    from engine.runtime.types import ContextLengthError
+    from npu_console.engine.runtime.types import ContextLengthError
 
     while True:
         try:

@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from engine.doctor import as_dict, run_checks
+    from npu_console.engine.doctor import as_dict, run_checks
 
     checks = run_checks(args.npu_smi)
     if args.json:

@@ -8,8 +8,8 @@ import sys
 
 
 def register(sub) -> None:
-    from engine.cli.common import add_model_args
-    from engine.quant.eval_methods import DEFAULT_CTX
+    from npu_console.engine.cli.common import add_model_args
+    from npu_console.engine.quant.eval_methods import DEFAULT_CTX
 
     p = sub.add_parser("eval", help="perplexity of a model on a text file (as llama-perplexity)")
     add_model_args(p)
@@ -30,10 +30,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from engine.cli.common import load_for_cli
-    from engine.cli.errors import CliError
-    from engine.quant import eval_methods as em
-    from engine.quant.config import QuantError
+    from npu_console.engine.cli.common import load_for_cli
+    from npu_console.engine.cli.errors import CliError
+    from npu_console.engine.quant import eval_methods as em
+    from npu_console.engine.quant.config import QuantError
 
     if args.per_document and args.window:
         raise CliError("--per-document and --window are two different methods; choose one")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.cli.common import add_model_args, load_for_cli
+from npu_console.engine.cli.common import add_model_args, load_for_cli
 
 
 def register(sub) -> None:
@@ -21,9 +21,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from engine.cli.errors import CliError
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+    from npu_console.engine.cli.errors import CliError
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
 
     loaded = load_for_cli(args)
     engine = LocalEngine(EngineConfig(max_running=1))

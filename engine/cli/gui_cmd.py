@@ -58,7 +58,7 @@ def has_display(env=os.environ) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli.main import CliError
+    from npu_console.engine.cli.main import CliError
 
     missing = missing_gui_modules()
     if missing:
@@ -72,17 +72,17 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"replay capture not found: {f}")
     if args.model and not os.path.exists(args.model):
         raise CliError(f"model folder or file not found: {args.model}")
-    from console.app import LaunchOptions
+    from npu_console.console.app import LaunchOptions
 
     options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme,
                             note=args.note)
     if args.screenshot_dir:
-        from console.screenshots import capture_all
+        from npu_console.console.screenshots import capture_all
 
         paths = capture_all(options, args.screenshot_dir)
         for p in paths:
             print(p)
         return 0
-    from console.app import run as run_gui
+    from npu_console.console.app import run as run_gui
 
     return run_gui(options)

@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-from engine import __version__
-from engine.cli.errors import CliError
+from npu_console.engine import __version__
+from npu_console.engine.cli.errors import CliError
 
 # name of the module under engine.cli for each command group, in help order
 COMMANDS = [
@@ -30,7 +30,7 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.build_info import build_info
+    from npu_console.engine.build_info import build_info
 
     parser = argparse.ArgumentParser(
         prog="npu-console",
@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"engine.cli.{name}_cmd")
+            module = importlib.import_module(f"npu_console.engine.cli.{name}_cmd")
         except ModuleNotFoundError as exc:
-            if exc.name == f"engine.cli.{name}_cmd":
+            if exc.name == f"npu_console.engine.cli.{name}_cmd":
                 continue  # command not built yet in this checkout
             raise
         module.register(sub)

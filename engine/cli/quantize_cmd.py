@@ -9,7 +9,7 @@ import time
 
 
 def register(sub) -> None:
-    from engine.quant.config import FORMATS, METHODS, PRESETS
+    from npu_console.engine.quant.config import FORMATS, METHODS, PRESETS
 
     p = sub.add_parser("quantize", help="INT8-quantize a model and export it")
     p.add_argument("--model", required=True, help="float model folder (Hugging Face layout)")
@@ -66,12 +66,12 @@ class _StderrProgress:
 
 
 def run(args) -> int:
-    from engine.cli.errors import CliError
-    from engine.models.folder import ModelFolderError
-    from engine.models.loader import ModelLoadError
-    from engine.quant.calib import Cancelled
-    from engine.quant.config import QuantError
-    from engine.quant.job import QuantizeRequest, run_quantize
+    from npu_console.engine.cli.errors import CliError
+    from npu_console.engine.models.folder import ModelFolderError
+    from npu_console.engine.models.loader import ModelLoadError
+    from npu_console.engine.quant.calib import Cancelled
+    from npu_console.engine.quant.config import QuantError
+    from npu_console.engine.quant.job import QuantizeRequest, run_quantize
 
     skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
     req = QuantizeRequest(model_dir=args.model, out_dir=args.out, method=args.method,
@@ -97,7 +97,7 @@ def run(args) -> int:
           f" MiB; wrote {result.out_dir} ({result.fmt}) in {result.seconds:.1f}s", file=sys.stderr)
     _print_recipe(result)
     if args.report:
-        from engine.quant.report import compare_and_write
+        from npu_console.engine.quant.report import compare_and_write
 
         compare_and_write(args.model, [result.out_dir], args.report, data=args.eval_data,
                           dtype=args.dtype, progress=_StderrProgress())

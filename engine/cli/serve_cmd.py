@@ -8,9 +8,13 @@ import signal
 import sys
 import threading
 
-from engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
-from engine.cli.errors import CliError
-from engine.cli.serve_telemetry import add_telemetry_args, check_telemetry_args, start_poller
+from npu_console.engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
+from npu_console.engine.cli.errors import CliError
+from npu_console.engine.cli.serve_telemetry import (
+    add_telemetry_args,
+    check_telemetry_args,
+    start_poller,
+)
 
 API_KEY_ENV = "NPU_CONSOLE_API_KEY"
 
@@ -74,7 +78,7 @@ def register(sub) -> None:
 
 
 def _check_args(args) -> None:
-    from engine.api.settings import ApiSettings, UnsafeSettingsError, parse_origins
+    from npu_console.engine.api.settings import ApiSettings, UnsafeSettingsError, parse_origins
 
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be between 0 and 65535, got {args.port}")
@@ -100,7 +104,7 @@ def _check_args(args) -> None:
 def run(args) -> int:
     import logging
 
-    from engine.api.ports import PortInUseError, ServerStartError, port_in_use
+    from npu_console.engine.api.ports import PortInUseError, ServerStartError, port_in_use
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     # fail before the imports of torch and a long model load, not after them
@@ -111,11 +115,11 @@ def run(args) -> int:
     except ServerStartError as exc:
         raise CliError(str(exc)) from None
 
-    from engine.api import ServerController
-    from engine.api.settings import parse_origins
-    from engine.runtime.config import EngineConfig
-    from engine.runtime.engine import LocalEngine
-    from engine.runtime.types import EngineError
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.api.settings import parse_origins
+    from npu_console.engine.runtime.config import EngineConfig
+    from npu_console.engine.runtime.engine import LocalEngine
+    from npu_console.engine.runtime.types import EngineError
 
     loaded = load_for_cli(args)
     config = EngineConfig(max_waiting=args.max_queue,
@@ -172,7 +176,7 @@ def run(args) -> int:
 
 def _hardening(args) -> dict:
     """The ApiSettings fields behind --allowed-hosts, --expose-paths and the timeouts."""
-    from engine.api.settings import parse_hosts
+    from npu_console.engine.api.settings import parse_hosts
 
     return {"allowed_hosts": parse_hosts(args.allowed_hosts), "expose_paths": args.expose_paths,
             "request_timeout_s": args.request_timeout,
@@ -183,8 +187,13 @@ def _hardening(args) -> dict:
 def add_int8_variant(engine, loaded, method: str, name: str):
     """Quantize a second copy of the model in memory (methods that need no calibration) and
     serve it beside the float one; returns its ModelInfo."""
-    from engine.quant import QuantConfig, QuantError, prepare_for_serving, quantize_model
-    from engine.runtime.threads import run_in_fresh_thread
+    from npu_console.engine.quant import (
+        QuantConfig,
+        QuantError,
+        prepare_for_serving,
+        quantize_model,
+    )
+    from npu_console.engine.runtime.threads import run_in_fresh_thread
 
     def quantize() -> None:
         quantize_model(loaded.model, QuantConfig(method=method))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from engine.demo.corpus import Corpus
-    from engine.demo.train import TrainResult
+    from npu_console.engine.demo.corpus import Corpus
+    from npu_console.engine.demo.train import TrainResult
 
 SAMPLE_PROMPTS = ("The function returns", "Return a new list", "This module provides")
 CHAT_QUESTIONS = ("What does json.dumps do?", "Explain os.path.join.")
@@ -21,7 +21,7 @@ HELDOUT_CHARS = 200_000
 @torch.no_grad()
 def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
     """Greedy continuations of the card's prompts, computed with the trained weights in memory."""
-    from engine.demo.chat import BOS, EOS
+    from npu_console.engine.demo.chat import BOS, EOS
 
     model.eval()
     out = []
@@ -39,7 +39,7 @@ def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str
 @torch.no_grad()
 def sample_chats(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
     """Greedy replies to a few questions, laid out exactly as the chat template renders them."""
-    from engine.demo.chat import EOS, render
+    from npu_console.engine.demo.chat import EOS, render
 
     model.eval()
     out = []

@@ -9,7 +9,7 @@ across several tokens, as they do for models whose tokenizer has no single token
 
 from __future__ import annotations
 
-from engine.demo.chat import ASSISTANT, BOS, EOS, SYSTEM, USER
+from npu_console.engine.demo.chat import ASSISTANT, BOS, EOS, SYSTEM, USER
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

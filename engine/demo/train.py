@@ -1,4 +1,4 @@
-"""Train the built-in demo model from scratch: `python -m engine.demo.train --out assets/models/demo`.
+"""Train the built-in demo model from scratch: `python -m npu_console.engine.demo.train --out assets/models/demo`.
 
 Everything is derived from the running Python's standard library (see engine.demo.corpus), a fixed
 seed and a fixed number of steps, so the same command on the same Python/torch gives the same model.
@@ -20,9 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-from engine.demo import card
-from engine.demo.chat import (
+from npu_console.engine.demo import card
+from npu_console.engine.demo.chat import (
     ASSISTANT,
     BOS,
     CHAT_TEMPLATE,
@@ -33,8 +32,8 @@ from engine.demo.chat import (
     qa_conversation,
     render,
 )
-from engine.demo.corpus import Corpus, collect
-from engine.demo.tokenizer import train_tokenizer
+from npu_console.engine.demo.corpus import Corpus, collect
+from npu_console.engine.demo.tokenizer import train_tokenizer
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ def _settings_from_args(args: argparse.Namespace) -> TrainSettings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine.demo.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m npu_console.engine.demo.train", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="model folder to (re)write")
     p.add_argument("--calib-dir", type=Path, default=None,
                    help="also write heldout_demo.txt and calibration.txt here")
@@ -325,7 +324,7 @@ def train(
         qa_pairs=len(corpus.qa), source_files=corpus.source_files,
         python=platform.python_version(), torch=torch.__version__,
         transformers=transformers.__version__, hardware=_hardware(),
-        command=" ".join(["python -m engine.demo.train", *sys.argv[1:]]),
+        command=" ".join(["python -m npu_console.engine.demo.train", *sys.argv[1:]]),
         train_s=train_s, load_avg=os.getloadavg()[0],
     )
     card.write_model_card(

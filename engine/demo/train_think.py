@@ -1,4 +1,4 @@
-"""Train the reasoning demo model: `python -m engine.demo.train_think --out assets/models/demo-think`.
+"""Train the reasoning demo model: `python -m npu_console.engine.demo.train_think --out assets/models/demo-think`.
 
 A second tiny model made the way the demo model is (engine.demo.train): a Llama trained from
 scratch on CPU with a fixed seed and step count. Its data are synthetic chats whose replies think
@@ -24,12 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-
-from engine.demo import think_data
-from engine.demo.chat import ASSISTANT, BOS, EOS, PAD, SYSTEM, USER
-from engine.demo.think_chat import CHAT_TEMPLATE, THINK_CLOSE, THINK_OPEN, render
-from engine.demo.tokenizer import train_tokenizer
-from engine.demo.train import _build_model, _hardware, _lr_at, _optimizer
+from npu_console.engine.demo import think_data
+from npu_console.engine.demo.chat import ASSISTANT, BOS, EOS, PAD, SYSTEM, USER
+from npu_console.engine.demo.think_chat import CHAT_TEMPLATE, THINK_CLOSE, THINK_OPEN, render
+from npu_console.engine.demo.tokenizer import train_tokenizer
+from npu_console.engine.demo.train import _build_model, _hardware, _lr_at, _optimizer
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class ThinkResult:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine.demo.train_think",
+    p = argparse.ArgumentParser(prog="python -m npu_console.engine.demo.train_think",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="model folder to (re)write")
     for name, value in asdict(ThinkSettings()).items():
@@ -135,8 +134,8 @@ def evaluate(folder: Path, s: ThinkSettings) -> tuple[int, int, list[dict]]:
     """Greedy replies of the real engine to s.eval_prompts prompts, as raw text (the rendered
     template as a text prompt, so no parser touches the output): (well formed and ended by
     the end-of-sequence token, closed the block, a few examples)."""
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     prompts = think_data.eval_prompts(s.eval_prompts, s.seed + 1)
     ok = closed = 0
@@ -219,9 +218,9 @@ def train(s: ThinkSettings, out: Path) -> int:
         wall_s=time.monotonic() - t0, train_s=train_s, open_tag_tokens=open_toks,
         close_tag_tokens=close_toks, eval_total=s.eval_prompts, eval_well_formed=ok,
         eval_closed=closed, eval_examples=examples, hardware=_hardware(),
-        command=" ".join(["python -m engine.demo.train_think", *sys.argv[1:]]),
+        command=" ".join(["python -m npu_console.engine.demo.train_think", *sys.argv[1:]]),
         load_avg=os.getloadavg()[0])
-    from engine.demo.think_card import write_card
+    from npu_console.engine.demo.think_card import write_card
 
     (tmp / "training_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     write_card(tmp, result)

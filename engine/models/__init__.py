@@ -1,6 +1,6 @@
 """Model folders: inspect and validate, estimate memory, load, remember recent ones."""
 
-from engine.models.folder import (
+from npu_console.engine.models.folder import (
     BATCHED_ARCHITECTURES,
     ModelFolderError,
     ModelFolderReport,
@@ -8,15 +8,20 @@ from engine.models.folder import (
     inspect_model_folder,
     validate_model_folder,
 )
-from engine.models.loader import (
+from npu_console.engine.models.loader import (
     LoadCancelled,
     LoadedModel,
     ModelLoadError,
     load_model,
     resolve_model_path,
 )
-from engine.models.memory import MemoryEstimate, estimate_memory, fits_message, format_bytes
-from engine.models.recent import add_recent_model, forget_recent_model, recent_models
+from npu_console.engine.models.memory import (
+    MemoryEstimate,
+    estimate_memory,
+    fits_message,
+    format_bytes,
+)
+from npu_console.engine.models.recent import add_recent_model, forget_recent_model, recent_models
 
 __all__ = [
     "BATCHED_ARCHITECTURES", "LoadCancelled", "LoadedModel", "MemoryEstimate", "ModelFolderError",

@@ -17,9 +17,9 @@ from typing import Any
 # (format, job) -> "module:function"
 _REGISTRY: dict[tuple[str, str], str | Callable[..., Any]] = {
     # path -> ModelFolderReport of a GGUF file (or a folder holding one), or None
-    ("gguf", "inspect"): "engine.models.gguf:inspect_path",
+    ("gguf", "inspect"): "npu_console.engine.models.gguf:inspect_path",
     # (path, device=, dtype=, name=, progress=, cancel=) -> LoadedModel of an INT8 export
-    ("int8", "load"): "engine.quant.io:load_quantized",
+    ("int8", "load"): "npu_console.engine.quant.io:load_quantized",
 }
 
 

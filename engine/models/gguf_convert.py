@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.models import gguf
-from engine.runtime.types import Cancelled
+from npu_console.engine.models import gguf
+from npu_console.engine.runtime.types import Cancelled
 
 ProgressFn = Callable[[float, str], None]
 DONE = "meta.json"  # written last: a folder without it is not a finished conversion
@@ -105,7 +105,7 @@ def convert(src: Path, dst: Path, emit: Callable[[float, str], None]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.models.gguf_convert SRC DST`: progress and errors as lines on stdout."""
+    """`python -m npu_console.engine.models.gguf_convert SRC DST`: progress and errors as lines on stdout."""
     src, dst = (Path(a) for a in (argv or sys.argv[1:]))
 
     def emit(fraction: float, what: str) -> None:
@@ -141,7 +141,7 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TQDM_DISABLE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "engine.models.gguf_convert", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "npu_console.engine.models.gguf_convert", str(path),
                              str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, text=True, env=env)
     lines: list[str] = []

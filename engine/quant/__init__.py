@@ -11,21 +11,21 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "QuantConfig": "engine.quant.config",
-    "QuantError": "engine.quant.config",
-    "select_layers": "engine.quant.config",
-    "QuantLinear": "engine.quant.qlinear",
-    "quantize_model": "engine.quant.apply",
-    "prepare_for_serving": "engine.quant.apply",
-    "QuantInfo": "engine.quant.apply",
-    "Cancelled": "engine.quant.calib",
-    "QuantizeRequest": "engine.quant.job",
-    "QuantizeResult": "engine.quant.job",
-    "run_quantize": "engine.quant.job",
-    "export": "engine.quant.io",
-    "load_quantized": "engine.quant.io",
-    "load_quantized_model": "engine.quant.io",
-    "detect_format": "engine.quant.io",
+    "QuantConfig": "npu_console.engine.quant.config",
+    "QuantError": "npu_console.engine.quant.config",
+    "select_layers": "npu_console.engine.quant.config",
+    "QuantLinear": "npu_console.engine.quant.qlinear",
+    "quantize_model": "npu_console.engine.quant.apply",
+    "prepare_for_serving": "npu_console.engine.quant.apply",
+    "QuantInfo": "npu_console.engine.quant.apply",
+    "Cancelled": "npu_console.engine.quant.calib",
+    "QuantizeRequest": "npu_console.engine.quant.job",
+    "QuantizeResult": "npu_console.engine.quant.job",
+    "run_quantize": "npu_console.engine.quant.job",
+    "export": "npu_console.engine.quant.io",
+    "load_quantized": "npu_console.engine.quant.io",
+    "load_quantized_model": "npu_console.engine.quant.io",
+    "detect_format": "npu_console.engine.quant.io",
 }
 
 __all__ = list(_EXPORTS)
@@ -34,5 +34,5 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine.quant' has no attribute {name!r}")
+        raise AttributeError(f"module 'npu_console.engine.quant' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

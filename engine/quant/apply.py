@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from engine.quant.calib import ActStats, Cancelled, Progress
-from engine.quant.config import QuantConfig, QuantError, select_layers
-from engine.quant.qlinear import QuantLinear
+from npu_console.engine.quant.calib import ActStats, Cancelled, Progress
+from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
+from npu_console.engine.quant.qlinear import QuantLinear
 
 
 @dataclass
@@ -43,7 +42,7 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
     calibration when config.needs_calibration. A searched `recipe` (engine.quant.recipe)
     replaces the global SmoothQuant alpha with its per-input alphas, clips static input
     ranges and keeps its `keep_float` layers float; its stats are the sink-free ones."""
-    from engine.quant.smooth import smooth_model
+    from npu_console.engine.quant.smooth import smooth_model
 
     sel = select_layers(model, config)
     candidates = set(sel.quantize)  # smoothing covers layers kept float too (exact in float)
@@ -103,7 +102,7 @@ def quantize_head(model: Any) -> dict:
     """lm_head -> int8 weight-only QuantLinear (per-row scales: exactly per output token), the
     input embedding -> QuantEmbedding (sharing the head's int8 table when the model ties them).
     Weight-only for the head whatever the method: the logits are the most sensitive product."""
-    from engine.quant.qlinear import QuantEmbedding
+    from npu_console.engine.quant.qlinear import QuantEmbedding
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None

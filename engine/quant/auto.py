@@ -13,14 +13,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from engine.quant import calib as calib_mod
-from engine.quant import mixed
-from engine.quant import recipe as recipe_mod
-from engine.quant.apply import QuantInfo, quantize_model
-from engine.quant.calib import Cancelled, Progress
-from engine.quant.capture import capture
-from engine.quant.config import QuantConfig, QuantError, select_layers
+from npu_console.engine.quant import calib as calib_mod
+from npu_console.engine.quant import mixed
+from npu_console.engine.quant import recipe as recipe_mod
+from npu_console.engine.quant.apply import QuantInfo, quantize_model
+from npu_console.engine.quant.calib import Cancelled, Progress
+from npu_console.engine.quant.capture import capture
+from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
 
 SELF_SAMPLES = 16
 SELF_TOKENS = 128
@@ -56,7 +55,7 @@ def calibration_samples(model: Any, tok: Any, calib_file: str | None, samples: i
         texts = calib_mod.read_texts(calib_file)
         got = calib_mod.build_samples(tok, texts, samples, seq_len)
         return got, f"file {Path(calib_file).name}: {len(got)} windows of {seq_len} tokens"
-    from engine.quant.selfcalib import self_calibration
+    from npu_console.engine.quant.selfcalib import self_calibration
 
     sc = self_calibration(model, tok, self_samples, self_tokens, model_dir=model_dir,
                           progress=progress, cancel=cancel)
@@ -67,7 +66,7 @@ def eval_measure(tok: Any, eval_file: str | None, samples: list[torch.Tensor]):
     """Perplexity function for budget and report: llama.cpp's chunks on the evaluation text,
     or, without one, the mean NLL over the calibration samples."""
     if eval_file:
-        from engine.quant import eval_methods as em
+        from npu_console.engine.quant import eval_methods as em
 
         whole, docs = em.read_eval_text(eval_file)
 

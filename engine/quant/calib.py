@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from engine.quant.config import QuantError
-from engine.runtime.types import Cancelled  # the engine's one; quant raises it
+from npu_console.engine.quant.config import QuantError
+from npu_console.engine.runtime.types import Cancelled  # the engine's one; quant raises it
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def shipped_calibration_file() -> Path:
-    from engine.paths import CALIB_DIR
+    from npu_console.engine.paths import CALIB_DIR
 
     return CALIB_DIR / "calibration.txt"
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from engine.quant.calib import ActStats, Cancelled, Progress
+from npu_console.engine.quant.calib import ActStats, Cancelled, Progress
 
 
 @dataclass
@@ -39,7 +38,7 @@ class InputCapture:
 
 def input_groups(model: Any, names: list[str]) -> dict[str, tuple[str, ...]]:
     """Key (first consumer) -> the quantized linears that read the same input tensor."""
-    from engine.quant.smooth import find_groups
+    from npu_console.engine.quant.smooth import find_groups
 
     chosen, out, seen = set(names), {}, set()
     for g in find_groups(model):

@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from engine.quant.calib import Cancelled
+from npu_console.engine.quant.calib import Cancelled
 
 METHODS = ("chunks", "documents", "sliding")
 DEFAULT_CTX = 512
@@ -58,7 +57,7 @@ def adds_bos(tokenizer: Any) -> bool:
 def read_eval_text(path: str | Path) -> tuple[str, list[str]]:
     """The file as one text (what llama-perplexity reads) and as documents (.jsonl records,
     or blank-line-separated paragraphs of a .txt)."""
-    from engine.quant.calib import read_texts
+    from npu_console.engine.quant.calib import read_texts
 
     docs = read_texts(path)
     p = Path(path)
@@ -123,7 +122,7 @@ def documents(model: Any, tokenizer: Any, docs: list[str], ctx: int = DEFAULT_CT
               progress: ProgressFn | None = None,
               cancel: threading.Event | None = None) -> EvalResult:
     """lm-eval's rolling log-likelihood per document (see the module docstring)."""
-    from engine.quant.evaluate import perplexity
+    from npu_console.engine.quant.evaluate import perplexity
 
     ctx = min(ctx, model_context(model))
     prefix = tokenizer.bos_token_id
@@ -153,8 +152,8 @@ def sliding(model: Any, tokenizer: Any, docs: list[str], ctx: int = 1024,
             progress: ProgressFn | None = None,
             cancel: threading.Event | None = None) -> EvalResult:
     """The earlier method: documents joined with EOS into one stream, overlapping windows."""
-    from engine.quant.evaluate import perplexity
-    from engine.quant.report import text_token_ids
+    from npu_console.engine.quant.evaluate import perplexity
+    from npu_console.engine.quant.report import text_token_ids
 
     ids = text_token_ids(tokenizer, docs)
     if max_tokens:

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.quant import calib as calib_mod
-from engine.quant.apply import QuantInfo, quantize_model
-from engine.quant.calib import Cancelled, Progress
-from engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
-from engine.quant.outdir import OutputFolderError, check_replaceable
+from npu_console.engine.quant import calib as calib_mod
+from npu_console.engine.quant.apply import QuantInfo, quantize_model
+from npu_console.engine.quant.calib import Cancelled, Progress
+from npu_console.engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
+from npu_console.engine.quant.outdir import OutputFolderError, check_replaceable
 
 
 @dataclass
@@ -92,8 +92,8 @@ def load_float_model(model_dir: str, device: str, dtype: str) -> tuple[Any, Any]
 
 def load_float(model_dir: str, device: str, dtype: str) -> Any:
     """The engine's LoadedModel of a float model folder or GGUF file."""
-    from engine.models.gguf import GgufError, gguf_file_of
-    from engine.models.loader import load_model
+    from npu_console.engine.models.gguf import GgufError, gguf_file_of
+    from npu_console.engine.models.loader import load_model
 
     path = Path(model_dir)
     try:
@@ -102,7 +102,7 @@ def load_float(model_dir: str, device: str, dtype: str) -> Any:
         raise QuantError(str(exc)) from None
     if not is_gguf and not (path / "config.json").is_file():
         raise QuantError(f"{path} is not a model folder (no config.json) nor a GGUF file")
-    from engine.quant.io import detect_format
+    from npu_console.engine.quant.io import detect_format
 
     if detect_format(path) is not None:
         raise QuantError(f"{path} is already quantized; quantize the float model")
@@ -111,8 +111,8 @@ def load_float(model_dir: str, device: str, dtype: str) -> Any:
 
 def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
                  cancel: threading.Event | None = None) -> QuantizeResult:
-    from engine.quant.evaluate import weight_bytes
-    from engine.quant.io import export
+    from npu_console.engine.quant.evaluate import weight_bytes
+    from npu_console.engine.quant.io import export
 
     t0 = time.perf_counter()
     stages: dict[str, float] = {}
@@ -133,7 +133,7 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
     if req.recipe not in ("auto", "plain"):
         raise QuantError(f"unknown recipe {req.recipe!r}; choose auto or plain")
     auto = req.recipe == "auto"
-    from engine.quant.auto import check_budget
+    from npu_console.engine.quant.auto import check_budget
 
     check_budget(req.budget_pct)
     if req.budget_pct is not None and not auto:
@@ -156,8 +156,7 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
     stages["load"] = time.perf_counter() - t0
     if req.device.startswith("npu"):
         import torch
-
-        from engine.quant.kernels.npu import check_supported
+        from npu_console.engine.quant.kernels.npu import check_supported
         for name in select_layers(model, cfg).quantize:
             lin = model.get_submodule(name)
             check_supported(cfg.method, getattr(torch, req.dtype), lin.in_features,
@@ -192,7 +191,7 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
 
 
 def _int8_share(model: Any, info: QuantInfo) -> float:
-    from engine.quant.mixed import int8_fraction
+    from npu_console.engine.quant.mixed import int8_fraction
 
     names = set(info.quantized) | set(info.skipped)
     params = {n: m.weight.numel() for n, m in model.named_modules() if n in names}
@@ -201,9 +200,9 @@ def _int8_share(model: Any, info: QuantInfo) -> float:
 
 def _finish_auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, float_bytes: int,
                  stages: dict, t0: float, step: Progress, cancel) -> QuantizeResult:
-    from engine.quant.auto import calibration_samples, run_auto
-    from engine.quant.evaluate import weight_bytes
-    from engine.quant.io import export
+    from npu_console.engine.quant.auto import calibration_samples, run_auto
+    from npu_console.engine.quant.evaluate import weight_bytes
+    from npu_console.engine.quant.io import export
 
     t = time.perf_counter()
     samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,

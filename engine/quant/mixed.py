@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.quant.calib import Cancelled, Progress
+from npu_console.engine.quant.calib import Cancelled, Progress
 
 # relative output error above which a layer stays float by default; static W8A8 (one range
 # per tensor) loses more per unit of layer error than per-token dynamic, measured on SmolLM2
@@ -94,7 +94,7 @@ def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[st
     float after the same smoothing (so swapping a layer back is exact). Swaps the most
     sensitive layers to float (doubling, then bisecting) until measure() is within budget.
     Leaves `quantized` with the chosen layers float."""
-    from engine.quant.apply import set_module
+    from npu_console.engine.quant.apply import set_module
 
     order = [n for n, _ in ranking(recipe) if n in params]
     scores = dict(ranking(recipe))
@@ -151,7 +151,7 @@ def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[st
 
 def float_twin(model: Any, recipe: Any, stats: dict, names: list[str]) -> Any:
     """A float copy of `model` smoothed as quantize_model will smooth it (exact in float)."""
-    from engine.quant.smooth import smooth_model
+    from npu_console.engine.quant.smooth import smooth_model
 
     twin = copy.deepcopy(model)
     if recipe.alphas:

@@ -9,9 +9,8 @@ input's device (engine.quant.kernels), so the same module runs on CPU, CUDA and 
 from __future__ import annotations
 
 import torch
+from npu_console.engine.quant import qmath
 from torch import nn
-
-from engine.quant import qmath
 
 
 def _apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):
@@ -98,7 +97,7 @@ class QuantLinear(nn.Module):
     def release_plain_weight(self) -> None:
         """Free the plain int8 weight once a backend has its own packed copy (saves memory);
         export needs it, so this is only for serving."""
-        from engine.quant.kernels import backend_for
+        from npu_console.engine.quant.kernels import backend_for
 
         backend = backend_for(self, self.weight.device)
         if backend.packs_own_copy(self) and not self.keep_plain_weight:
@@ -107,7 +106,7 @@ class QuantLinear(nn.Module):
 
     def kernel_name(self) -> str:
         """Which product runs this layer on its device ("native", "fbgemm", ...)."""
-        from engine.quant.kernels import backend_for
+        from npu_console.engine.quant.kernels import backend_for
 
         backend = backend_for(self, self.weight.device)
         name = getattr(backend, "kernel_name", None)
@@ -117,7 +116,7 @@ class QuantLinear(nn.Module):
         fast = self._fast_forward
         if fast is not None and self.backend == "auto" and x.device.type == "cpu":
             return fast(x)
-        from engine.quant.kernels import backend_for
+        from npu_console.engine.quant.kernels import backend_for
 
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)

@@ -75,11 +75,10 @@ def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str
                       progress: Callable[[str, int, int], None] | None = None) -> list[VariantRow]:
     """Evaluate the float model and each exported variant on the same text and write the report."""
     import torch
-
-    from engine.models.loader import load_model
-    from engine.quant import eval_methods as em
-    from engine.quant import evaluate as ev
-    from engine.quant.calib import read_texts
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.quant import eval_methods as em
+    from npu_console.engine.quant import evaluate as ev
+    from npu_console.engine.quant.calib import read_texts
 
     texts = read_texts(data)
     float_loaded = load_model(float_dir, device="cpu", dtype=dtype)

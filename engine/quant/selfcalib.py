@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from engine.quant.calib import Cancelled, Progress
+from npu_console.engine.quant.calib import Cancelled, Progress
 
 # neutral requests: no domain, no language other than the one the model answers in
 PROMPTS = ("Tell me about something you find interesting.",
@@ -52,7 +51,7 @@ def _starts(tokenizer: Any, n: int) -> list[list[int]]:
 
 
 def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Path:
-    from engine.paths import cache_dir
+    from npu_console.engine.paths import cache_dir
 
     p = Path(model_dir).resolve()
     weights = sorted(f for f in (p.iterdir() if p.is_dir() else [p])

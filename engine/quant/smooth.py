@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from engine.quant.calib import ActStats
+from npu_console.engine.quant.calib import ActStats
 
 
 @dataclass(frozen=True)

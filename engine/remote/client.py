@@ -24,19 +24,18 @@ import time
 from typing import Any
 
 import httpx
-
-from engine.remote.errors import connection_error, error_from_response
-from engine.remote.prom import MetricsSnapshot, parse_metrics, rate
-from engine.remote.sse import (
+from npu_console.engine.remote.errors import connection_error, error_from_response
+from npu_console.engine.remote.prom import MetricsSnapshot, parse_metrics, rate
+from npu_console.engine.remote.sse import (
     chunk_reasoning,
     chunk_text,
     error_message,
     reasoning_tokens,
     sse_events,
 )
-from engine.remote.urls import normalize_base_url
-from engine.runtime.handle import LocalRequestHandle
-from engine.runtime.types import (
+from npu_console.engine.remote.urls import normalize_base_url
+from npu_console.engine.runtime.handle import LocalRequestHandle
+from npu_console.engine.runtime.types import (
     EngineError,
     EngineStats,
     EngineStoppedError,

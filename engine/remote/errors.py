@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-
-from engine.remote.sse import error_message
-from engine.runtime.types import (
+from npu_console.engine.remote.sse import error_message
+from npu_console.engine.runtime.types import (
     ContextLengthError,
     EngineError,
     InvalidRequestError,

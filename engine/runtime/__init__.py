@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "EngineConfig": "engine.runtime.config",
-    "LocalEngine": "engine.runtime.engine",
-    "Job": "engine.runtime.handle",
-    "LocalRequestHandle": "engine.runtime.handle",
-    "StepStats": "engine.runtime.metrics",
+    "EngineConfig": "npu_console.engine.runtime.config",
+    "LocalEngine": "npu_console.engine.runtime.engine",
+    "Job": "npu_console.engine.runtime.handle",
+    "LocalRequestHandle": "npu_console.engine.runtime.handle",
+    "StepStats": "npu_console.engine.runtime.metrics",
 }
 
 __all__ = ["EngineConfig", "Job", "LocalEngine", "LocalRequestHandle", "StepStats"]
@@ -21,5 +21,5 @@ __all__ = ["EngineConfig", "Job", "LocalEngine", "LocalRequestHandle", "StepStat
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine.runtime' has no attribute {name!r}")
+        raise AttributeError(f"module 'npu_console.engine.runtime' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

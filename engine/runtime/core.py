@@ -16,14 +16,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.runtime.config import EngineConfig
-from engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
-from engine.runtime.metrics import EngineMetrics, StepStats
-from engine.runtime.output import RequestOutputs
-from engine.runtime.runner import run_step
-from engine.runtime.sampler import sample_contained
-from engine.runtime.sequence import SeqState, Sequence
-from engine.runtime.types import (
+from npu_console.engine.runtime.config import EngineConfig
+from npu_console.engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
+from npu_console.engine.runtime.metrics import EngineMetrics, StepStats
+from npu_console.engine.runtime.output import RequestOutputs
+from npu_console.engine.runtime.runner import run_step
+from npu_console.engine.runtime.sampler import sample_contained
+from npu_console.engine.runtime.sequence import SeqState, Sequence
+from npu_console.engine.runtime.types import (
     EngineError,
     EngineStoppedError,
     Event,
@@ -31,7 +31,7 @@ from engine.runtime.types import (
     InvalidRequestError,
     QueueFullError,
 )
-from engine.runtime.variant import Variant, rebuild_variant
+from npu_console.engine.runtime.variant import Variant, rebuild_variant
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.runtime.config import EngineConfig
-from engine.runtime.core import EngineCore
-from engine.runtime.handle import Job, LocalRequestHandle
-from engine.runtime.loading import folder_loader, start_load
-from engine.runtime.metrics import EngineMetrics, StepStats
-from engine.runtime.output import output_for
-from engine.runtime.sequence import Sequence
-from engine.runtime.types import (
+from npu_console.engine.runtime.config import EngineConfig
+from npu_console.engine.runtime.core import EngineCore
+from npu_console.engine.runtime.handle import Job, LocalRequestHandle
+from npu_console.engine.runtime.loading import folder_loader, start_load
+from npu_console.engine.runtime.metrics import EngineMetrics, StepStats
+from npu_console.engine.runtime.output import output_for
+from npu_console.engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.types import (
     EngineStats,
     GenerationRequest,
     InvalidRequestError,
@@ -28,13 +28,13 @@ from engine.runtime.types import (
     ModelNotFoundError,
     NoModelLoadedError,
 )
-from engine.runtime.validation import (
+from npu_console.engine.runtime.validation import (
     check_context,
     check_prompt_source,
     check_token_ids,
     normalize_params,
 )
-from engine.runtime.variant import Variant
+from npu_console.engine.runtime.variant import Variant
 
 
 class LocalEngine:

@@ -12,8 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-
-from engine.ring import Ring
+from npu_console.engine.ring import Ring
 
 SERIES = (
     "running", "waiting", "batch_size", "tokens_per_step", "step_ms",

@@ -66,7 +66,7 @@ def _fp32_cpu(t: torch.Tensor | None, what: str, shape: tuple | None = None) -> 
 def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     """The descriptor of one projection: a plain fp32 nn.Linear, or a QuantLinear whose CPU
     backend runs our kernels on its plain int8 weight."""
-    from engine.quant.qlinear import QuantLinear
+    from npu_console.engine.quant.qlinear import QuantLinear
 
     name = type(mod).__name__
     if (getattr(mod, "out_features", None), getattr(mod, "in_features", None)) != (n, k):
@@ -133,7 +133,7 @@ class DecodePlan:
 
 def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
     """The native decode plan of a BatchedRunner, or (None, why not)."""
-    from engine.quant.kernels import native
+    from npu_console.engine.quant.kernels import native
 
     if runner.device.type != "cpu":
         return None, "not on CPU"

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
-from engine.runtime.reasoning import ReasoningParser, Split
-from engine.runtime.sequence import Sequence
-from engine.runtime.types import (
+from npu_console.engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
+from npu_console.engine.runtime.reasoning import ReasoningParser, Split
+from npu_console.engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.types import (
     Event,
     FinishEvent,
     GenerationRequest,

@@ -23,7 +23,7 @@ import dataclasses
 import threading
 from typing import Any
 
-from engine.runtime.types import GenerationRequest, InvalidRequestError
+from npu_console.engine.runtime.types import GenerationRequest, InvalidRequestError
 
 
 def render_chat(tokenizer: Any, messages: list[dict]) -> str:

@@ -21,11 +21,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from engine.runtime import cpu_linear, native_decode
-from engine.runtime.kv_cache import KVCache
-from engine.runtime.scheduler import ScheduledSeq
-from engine.runtime.sequence import Sequence
+from npu_console.engine.runtime import cpu_linear, native_decode
+from npu_console.engine.runtime.kv_cache import KVCache
+from npu_console.engine.runtime.scheduler import ScheduledSeq
+from npu_console.engine.runtime.sequence import Sequence
 
 log = logging.getLogger(__name__)
 

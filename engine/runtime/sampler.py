@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 
 import torch
-
-from engine.runtime.sequence import Sequence
+from npu_console.engine.runtime.sequence import Sequence
 
 
 class SamplingError(Exception):

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.runtime.kv_slots import SlotAllocator
-from engine.runtime.sequence import SeqState, Sequence
+from npu_console.engine.runtime.kv_slots import SlotAllocator
+from npu_console.engine.runtime.sequence import SeqState, Sequence
 
 
 @dataclass

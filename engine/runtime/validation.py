@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from engine.runtime.types import (
+from npu_console.engine.runtime.types import (
     ContextLengthError,
     GenerationRequest,
     InvalidRequestError,

@@ -8,19 +8,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.runtime.config import EngineConfig
-from engine.runtime.kv_slots import SlotAllocator
-from engine.runtime.prompting import PromptEncoder
-from engine.runtime.reasoning import choose_parser
-from engine.runtime.runner import make_runner
-from engine.runtime.scheduler import Scheduler
-from engine.runtime.types import (
+from npu_console.engine.runtime.config import EngineConfig
+from npu_console.engine.runtime.kv_slots import SlotAllocator
+from npu_console.engine.runtime.prompting import PromptEncoder
+from npu_console.engine.runtime.reasoning import choose_parser
+from npu_console.engine.runtime.runner import make_runner
+from npu_console.engine.runtime.scheduler import Scheduler
+from npu_console.engine.runtime.types import (
     MODEL_DEFAULT_FIELDS,
     InvalidRequestError,
     ModelInfo,
     SamplingParams,
 )
-from engine.runtime.validation import normalize_params
+from npu_console.engine.runtime.validation import normalize_params
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def context_length(config: Any) -> int | None:
 def eos_ids(loaded: Any) -> frozenset[int]:
     """Tokens that end a reply: the model's EOS (generation config and tokenizer) and the
     chat template's end-of-turn token where that is another one."""
-    from engine.runtime.template_facts import end_of_turn_id
+    from npu_console.engine.runtime.template_facts import end_of_turn_id
 
     ids: set[int] = set()
     eot = end_of_turn_id(loaded.tokenizer)
@@ -105,9 +105,13 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
                   force_fallback: bool = False) -> Variant:
     """Wrap a LoadedModel: preallocate its KV cache and give it a scheduler (any thread)."""
     model = loaded.model
-    from engine.runtime.context_budget import choose_max_len, free_bytes, kv_bytes_per_token
-    from engine.runtime.runner import resolve_kv_dtype
-    from engine.runtime.template_facts import default_system_prompt
+    from npu_console.engine.runtime.context_budget import (
+        choose_max_len,
+        free_bytes,
+        kv_bytes_per_token,
+    )
+    from npu_console.engine.runtime.runner import resolve_kv_dtype
+    from npu_console.engine.runtime.template_facts import default_system_prompt
 
     param = next(model.parameters())
     kv_dtype = resolve_kv_dtype(config.kv_dtype, param.dtype, param.device)

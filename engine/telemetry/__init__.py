@@ -2,7 +2,7 @@
 
 Stable API (the dashboard, the HTTP API and the CLI code against this; no Qt here)
 ----------------------------------------------------------------------------------
-    from engine.telemetry import TelemetryPoller, make_provider, default_rules
+    from npu_console.engine.telemetry import TelemetryPoller, make_provider, default_rules
 
     provider = make_provider(
         "auto",                 # "auto" | "npu-smi" | "nvml" | "host" | "replay"
@@ -64,12 +64,12 @@ Prometheus: engine.telemetry.prometheus.TelemetryCollector(poller) (npu-exporter
 
 from __future__ import annotations
 
-from engine.telemetry.alerts import AlertEvent, default_rules
-from engine.telemetry.npu_smi_kv import parse_kv_output
-from engine.telemetry.npu_smi_table import NpuSmiInfo, parse_npu_smi_info
-from engine.telemetry.poller import TelemetryPoller
-from engine.telemetry.providers import make_provider
-from engine.telemetry.types import (
+from npu_console.engine.telemetry.alerts import AlertEvent, default_rules
+from npu_console.engine.telemetry.npu_smi_kv import parse_kv_output
+from npu_console.engine.telemetry.npu_smi_table import NpuSmiInfo, parse_npu_smi_info
+from npu_console.engine.telemetry.poller import TelemetryPoller
+from npu_console.engine.telemetry.providers import make_provider
+from npu_console.engine.telemetry.types import (
     DeviceSnapshot,
     HostSnapshot,
     ProcessInfo,

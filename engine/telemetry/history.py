@@ -9,8 +9,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-
-from engine.ring import Ring
+from npu_console.engine.ring import Ring
 
 
 class MetricHistory:

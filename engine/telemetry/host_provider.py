@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from engine.devices import cpu_name
-from engine.telemetry.types import DeviceSnapshot, HostSnapshot
+from npu_console.engine.devices import cpu_name
+from npu_console.engine.telemetry.types import DeviceSnapshot, HostSnapshot
 
 
 class HostProvider:

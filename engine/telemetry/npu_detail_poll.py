@@ -16,8 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from engine.telemetry.npu_details import LIVE_COMMANDS, SubOutput, argv_for, build_details
-from engine.telemetry.types import ChipDetail
+from npu_console.engine.telemetry.npu_details import (
+    LIVE_COMMANDS,
+    SubOutput,
+    argv_for,
+    build_details,
+)
+from npu_console.engine.telemetry.types import ChipDetail
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from engine.telemetry.npu_health import explain_codes, explain_status
-from engine.telemetry.npu_smi_kv import _int, parse_kv_output, parse_usages
-from engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
-from engine.telemetry.types import ChipDetail, DeviceSnapshot
+from npu_console.engine.telemetry.npu_health import explain_codes, explain_status
+from npu_console.engine.telemetry.npu_smi_kv import _int, parse_kv_output, parse_usages
+from npu_console.engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
+from npu_console.engine.telemetry.types import ChipDetail, DeviceSnapshot
 
 # what the live provider runs: per card, except health (per chip, `-c`)
 LIVE_COMMANDS = ("usages", "board", "ecc", "health-c")

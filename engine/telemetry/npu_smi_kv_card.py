@@ -9,7 +9,14 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from engine.telemetry.npu_smi_kv import KvBlock, _Chips, _head, _int, _str, parse_kv_output
+from npu_console.engine.telemetry.npu_smi_kv import (
+    KvBlock,
+    _Chips,
+    _head,
+    _int,
+    _str,
+    parse_kv_output,
+)
 
 _PROC_RE = re.compile(
     r"Process id:\s*(\d+)\s+Process name:(.*?)\s*Process memory\(MB\):\s*(\d+)", re.IGNORECASE

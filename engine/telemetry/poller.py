@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-
-from engine.telemetry.alerts import AlertEvent, AlertManager, default_rules
-from engine.telemetry.history import MetricHistory
-from engine.telemetry.types import ProviderError, TelemetrySnapshot
+from npu_console.engine.telemetry.alerts import AlertEvent, AlertManager, default_rules
+from npu_console.engine.telemetry.history import MetricHistory
+from npu_console.engine.telemetry.types import ProviderError, TelemetrySnapshot
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from engine.telemetry.npu_details import detail_json
-from engine.telemetry.types import DeviceSnapshot, TelemetrySnapshot
+from npu_console.engine.telemetry.npu_details import detail_json
+from npu_console.engine.telemetry.types import DeviceSnapshot, TelemetrySnapshot
 
 SCHEMA_KEYS = ("timestamp", "source", "devices", "processes", "host", "alerts", "warnings",
                "error")

@@ -26,7 +26,7 @@ PROMPTS = ["Once upon a time", "The little dog", "One day, Lily", "Tom had a red
 
 
 def _default_model() -> Path:
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     if (DEMO_MODEL_DIR / "config.json").exists():
         return DEMO_MODEL_DIR
@@ -37,7 +37,7 @@ def _default_model() -> Path:
 
 
 def run_in_process(engine, concurrency: int, requests: int, max_tokens: int) -> dict:
-    from engine.runtime.types import GenerationRequest, SamplingParams, TokenEvent
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams, TokenEvent
 
     async def worker(w: int) -> int:
         tokens = 0
@@ -93,7 +93,7 @@ def client_main(url: str, concurrency: int, requests: int, max_tokens: int) -> d
 
 def run_over_http(engine, concurrency: int, requests: int, max_tokens: int,
                   stream_interval_ms: float | None = None) -> dict:
-    from engine.api import ServerController
+    from npu_console.engine.api import ServerController
 
     controller = ServerController(engine)
     extra = {} if stream_interval_ms is None else {"stream_interval_ms": stream_interval_ms}
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import gc
 
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     model = args.model or _default_model()
     engine = LocalEngine(EngineConfig(num_threads=args.threads,

@@ -46,8 +46,8 @@ def _in(w) -> int:  # a float weight (out, in) or a QuantLinear
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.quant.kernels import cpu, native
-    from engine.quant.qlinear import QuantLinear
+    from npu_console.engine.quant.kernels import cpu, native
+    from npu_console.engine.quant.qlinear import QuantLinear
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)

@@ -25,10 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def measure(model, variant: str, batch: int, steps: int) -> dict:
     import torch
-
-    from engine.runtime.runner import BatchedRunner
-    from engine.runtime.scheduler import ScheduledSeq
-    from engine.runtime.sequence import Sequence
+    from npu_console.engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime.scheduler import ScheduledSeq
+    from npu_console.engine.runtime.sequence import Sequence
 
     runner = BatchedRunner(model, num_slots=max(batch, 1), max_len=128)
     plan = runner.decode_plan

@@ -33,17 +33,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engine.runtime.threads import run_in_fresh_thread
+from npu_console.engine.runtime.threads import run_in_fresh_thread
 
 # ----------------------------------------------------------------------------- models
 
 
 def qwen05b(dtype: str):
     """Random-initialised Qwen2.5-0.5B configuration (no download)."""
+    from npu_console.engine.bench.random_model import QWEN25_05B, word_tokenizer
+    from npu_console.engine.models.loader import LoadedModel
     from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from engine.bench.random_model import QWEN25_05B, word_tokenizer
-    from engine.models.loader import LoadedModel
 
     cfg = Qwen2Config(**QWEN25_05B, architectures=["Qwen2ForCausalLM"])
     torch.manual_seed(0)
@@ -54,7 +53,7 @@ def qwen05b(dtype: str):
 
 
 def folder_model(path: str, dtype: str):
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     return load_model(path, device="cpu", dtype=dtype)
 
@@ -153,8 +152,8 @@ def mode_b(loaded, prompts, olens, batch=16):
 
 
 def mode_c(loaded, prompts, olens, args):
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     ctx = max(len(p) + o for p, o in zip(prompts, olens))
     eng = LocalEngine(EngineConfig(max_running=16, max_batched_tokens=args.max_batched_tokens,
@@ -185,8 +184,8 @@ def concurrency_one(hf_loaded, eng_loaded, vocab, args, n_out=64, repeats=3):
     times (this VM's speed drifts by several percent within a minute), medians. Each side runs
     while the other has no thread: generate on a fresh thread, the engine after that thread
     ended; the engine's own thread ends when idle and is waited for before generate runs."""
-    from engine.runtime import EngineConfig, LocalEngine
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     prompt = np.random.default_rng(1).integers(10, vocab - 10, 32).tolist()
     eng = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads, max_model_len=256,
@@ -240,7 +239,7 @@ def main() -> int:
     def load():
         if args.model == "qwen05b":
             return qwen05b(args.dtype or "bfloat16")
-        from engine.paths import DEMO_MODEL_DIR
+        from npu_console.engine.paths import DEMO_MODEL_DIR
 
         path = DEMO_MODEL_DIR if args.model == "demo" else args.model
         return folder_model(path, args.dtype or "float32")

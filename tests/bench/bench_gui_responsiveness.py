@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 def open_window(model: str | None):
     """The real console window with `model` (default: the demo model, else stories260K) loaded,
     or None (reported) when it does not load."""
-    from console.testing import make_window, model_names, pump_until
-    from engine.paths import DEMO_MODEL_DIR
+    from npu_console.console.testing import make_window, model_names, pump_until
+    from npu_console.engine.paths import DEMO_MODEL_DIR
 
     model = model or (str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists()
                       else str(ROOT.parent / "shared" / "models" / "stories260K"))
@@ -65,12 +65,11 @@ def main() -> int:
 
     import numpy as np
     import qasync
+    from npu_console.console.app import ensure_app
+    from npu_console.console.chat_store import Message
+    from npu_console.console.testing import model_names
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
     from PySide6.QtCore import QTimer
-
-    from console.app import ensure_app
-    from console.chat_store import Message
-    from console.testing import model_names
-    from engine.runtime.types import GenerationRequest, SamplingParams
 
     app = ensure_app()
     loop = qasync.QEventLoop(app)
@@ -162,11 +161,10 @@ def main() -> int:
 def job_mode(args) -> int:
     """Gaps of the GUI thread while a part-2 page runs its background job."""
     import numpy as np
+    from npu_console.console.app import ensure_app
+    from npu_console.console.testing import model_names, pump_until
+    from npu_console.engine.paths import CALIB_DIR
     from PySide6.QtCore import QTimer
-
-    from console.app import ensure_app
-    from console.testing import model_names, pump_until
-    from engine.paths import CALIB_DIR
 
     ensure_app()
     window = open_window(args.model)

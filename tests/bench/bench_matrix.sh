@@ -9,7 +9,7 @@ set -euo pipefail
 OUT=${1:?usage: bench_matrix.sh OUT [demo|qwen05b|all]}
 WHICH=${2:-all}
 PY=${PYTHON:-python}
-NC="$PY -m engine.cli.main"
+NC="$PY -m npu_console.engine.cli.main"
 mkdir -p "$OUT"
 QWEN=${QWEN_DIR:-$OUT/qwen05b-random}
 
@@ -45,7 +45,7 @@ if [[ $WHICH == demo || $WHICH == all ]]; then
   serve_and_bench demo assets/models/demo float32 8 64 128
 fi
 if [[ $WHICH == qwen05b || $WHICH == all ]]; then
-  [[ -f $QWEN/config.json ]] || $PY -m engine.bench.random_model --out "$QWEN"
+  [[ -f $QWEN/config.json ]] || $PY -m npu_console.engine.bench.random_model --out "$QWEN"
   sweep qwen05b "$QWEN" float32 1,2,4,8 64
   serve_and_bench qwen05b "$QWEN" float32 4 16 64
 fi

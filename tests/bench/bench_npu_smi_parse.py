@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "npu-smi"
 
-from engine.telemetry.npu_smi_table import parse_npu_smi_info
+from npu_console.engine.telemetry.npu_smi_table import parse_npu_smi_info
 
 
 def sixteen_chips_with_processes() -> str:

@@ -33,7 +33,7 @@ FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx51
 
 def cpu_flags() -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from engine.devices import cpu_flags as flags
+    from npu_console.engine.devices import cpu_flags as flags
 
     have = flags()
     return [f for f in FLAGS if f in have]
@@ -82,7 +82,7 @@ def llama_prefill(bin_dir: Path, q8: Path, n: int, threads: int) -> float:
 
 def ours(model: Path, quant: str, batch: int, input_len: int, output_len: int,
          threads: int) -> dict:
-    out = run([sys.executable, "-m", "engine.cli.main", "bench", "offline", "--model", model,
+    out = run([sys.executable, "-m", "npu_console.engine.cli.main", "bench", "offline", "--model", model,
                "--quant", quant, "--batch-sizes", batch, "--input-len", input_len,
                "--output-len", output_len, "--threads", threads, "--json"])
     return json.loads(out)["batches"][0]

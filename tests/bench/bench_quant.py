@@ -38,9 +38,8 @@ import time
 
 def build_model(dtype: str):
     import torch
+    from npu_console.engine.bench.random_model import QWEN25_05B
     from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from engine.bench.random_model import QWEN25_05B
 
     torch.manual_seed(0)
     cfg = Qwen2Config(**QWEN25_05B)
@@ -51,8 +50,8 @@ def _loaded(model, name: str):
     """A LoadedModel around an in-memory model, as the engine serves it."""
     from pathlib import Path
 
-    from engine.bench.random_model import word_tokenizer
-    from engine.models.loader import LoadedModel
+    from npu_console.engine.bench.random_model import word_tokenizer
+    from npu_console.engine.models.loader import LoadedModel
 
     return LoadedModel(name=name, path=Path("/nonexistent"), model=model,
                        tokenizer=word_tokenizer(model.config.vocab_size), config=model.config,
@@ -62,7 +61,7 @@ def _loaded(model, name: str):
 
 
 def _engine(threads: int):
-    from engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
     return LocalEngine(EngineConfig(max_running=8, num_threads=threads, prefix_caching=False,
                                     max_context_cap=512))
@@ -71,8 +70,7 @@ def _engine(threads: int):
 def _generate(eng, vocab: int, g, batch: int, n: int, model: str | None = None):
     """`batch` greedy requests of n tokens after random 32-token prompts; their finish events."""
     import torch
-
-    from engine.runtime.types import GenerationRequest, SamplingParams
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
     hs = [eng.submit(GenerationRequest(
@@ -112,8 +110,7 @@ def paired_speed(variants: list[str], threads: int, new_tokens: int, rounds: int
     between runs seconds apart instead of processes minutes apart (this VM drifts 10-30 %
     within minutes, which separate processes turn into noise in the ratios)."""
     import torch
-
-    from engine.runtime.threads import run_in_fresh_thread
+    from npu_console.engine.runtime.threads import run_in_fresh_thread
 
     torch.set_num_threads(threads)
     eng = _engine(threads)
@@ -168,8 +165,8 @@ def _paired_table(rows: list[dict]) -> str:
 def build_variant(name: str):
     """fp32, bf16, or METHOD[+head][@fp32]: +head = int8 lm_head/embedding too, @fp32 = the
     float parts (norms, attention, activations) in float32 instead of bfloat16."""
-    from engine.quant.apply import prepare_for_serving, quantize_model
-    from engine.quant.config import QuantConfig
+    from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
+    from npu_console.engine.quant.config import QuantConfig
 
     method, _, parts = name.partition("@")
     head = method.endswith("+head")
@@ -184,9 +181,8 @@ def build_variant(name: str):
 
 def run_variant(name: str, threads: int, new_tokens: int, use_engine: bool = False) -> dict:
     import torch
-
-    from engine.quant import evaluate as ev
-    from engine.runtime.threads import run_in_fresh_thread
+    from npu_console.engine.quant import evaluate as ev
+    from npu_console.engine.runtime.threads import run_in_fresh_thread
 
     torch.set_num_threads(threads)
     # built on a thread that ends: the main thread must not keep an OpenMP team beside the
@@ -210,10 +206,9 @@ def run_variant(name: str, threads: int, new_tokens: int, use_engine: bool = Fal
 
 def run_quantize_time(threads: int, samples: int, seq_len: int) -> dict:
     import torch
-
-    from engine.quant.apply import quantize_model
-    from engine.quant.calib import collect_stats
-    from engine.quant.config import QuantConfig, select_layers
+    from npu_console.engine.quant.apply import quantize_model
+    from npu_console.engine.quant.calib import collect_stats
+    from npu_console.engine.quant.config import QuantConfig, select_layers
 
     torch.set_num_threads(threads)
     model = build_model("float32")

@@ -25,8 +25,8 @@ def generate_one(model, ids: torch.Tensor, n: int) -> None:
 
 
 def main() -> int:
-    from engine.devices import synchronize
-    from engine.models import load_model
+    from npu_console.engine.devices import synchronize
+    from npu_console.engine.models import load_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)

@@ -42,7 +42,7 @@ class Step:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "engine.cli.main", *args]
+    return [sys.executable, "-m", "npu_console.engine.cli.main", *args]
 
 
 def script(name: str, *args: str) -> list[str]:
@@ -63,7 +63,7 @@ def plan(models: Path | None, work: Path, device: str) -> list[Step]:
         Step("parity-demo", script("gpu_parity.py", "--model", str(DEMO), *dev), 120),
         Step("pytest-gpu", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p",
                             "no:cacheprovider", str(HERE)], 150),
-        Step("make-qwen05b-shape", [sys.executable, "-m", "engine.bench.random_model", "--out",
+        Step("make-qwen05b-shape", [sys.executable, "-m", "npu_console.engine.bench.random_model", "--out",
                                     str(qwen), "--dtype", "bfloat16"], 90),
         Step("generate-baseline-qwen05b", script("gpu_baseline.py", "--model", str(qwen), *dev),
              90, needs=[qwen]),

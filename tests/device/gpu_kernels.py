@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.quant.qlinear import QuantEmbedding, QuantLinear
+from npu_console.engine.quant.qlinear import QuantEmbedding, QuantLinear
 
 METHODS = ("w8a16", "w8a8-dynamic", "w8a8-static")
 # rows, K, N, bias

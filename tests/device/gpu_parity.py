@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.runtime import EngineConfig, LocalEngine
-from engine.runtime.types import GenerationRequest, SamplingParams
+from npu_console.engine.runtime import EngineConfig, LocalEngine
+from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
 PROMPTS = ("Once upon a time", "The little dog ran to the park and",
            "Lily and Tom were playing with a big red ball when",
@@ -82,7 +82,7 @@ def check(loaded, batches=(1, 16), max_tokens: int = 48, prompts=PROMPTS) -> dic
 
 
 def main() -> int:
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)

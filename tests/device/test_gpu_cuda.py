@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.gpu,
 
 
 def test_cuda_device_memory_comes_from_mem_get_info():
-    from engine.devices import get_device, list_devices
+    from npu_console.engine.devices import get_device, list_devices
 
     dev = get_device("cuda:0")
     free, total = torch.cuda.mem_get_info(0)
@@ -42,8 +42,7 @@ def test_int8_head_and_its_tied_embedding_run_on_cuda():
 @pytest.mark.parametrize("model", ["demo", "stories260K"])
 def test_engine_greedy_equals_transformers_on_cuda(model, request):
     import gpu_parity
-
-    from engine.models import load_model
+    from npu_console.engine.models import load_model
 
     folder = request.getfixturevalue("demo_model_dir" if model == "demo" else "stories_dir")
     loaded = load_model(folder, device="cuda", dtype="float32")
@@ -54,9 +53,8 @@ def test_engine_greedy_equals_transformers_on_cuda(model, request):
 
 def test_int8_model_with_int8_head_keeps_greedy_equality_on_cuda(demo_model_dir):
     import gpu_parity
-
-    from engine.models import load_model
-    from engine.quant import QuantConfig, prepare_for_serving, quantize_model
+    from npu_console.engine.models import load_model
+    from npu_console.engine.quant import QuantConfig, prepare_for_serving, quantize_model
 
     loaded = load_model(demo_model_dir, device="cuda", dtype="float32")
     quantize_model(loaded.model, QuantConfig(method="w8a8-dynamic", int8_head=True))

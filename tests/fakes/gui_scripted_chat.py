@@ -43,7 +43,7 @@ def script(window) -> None:
 
 
 def main() -> int:
-    from console import app
+    from npu_console.console import app
 
     real_build = app.build_window
 
@@ -52,7 +52,7 @@ def main() -> int:
         script(window)
         return window
     app.build_window = build_window
-    from engine.cli.main import main as cli_main
+    from npu_console.engine.cli.main import main as cli_main
 
     return cli_main(sys.argv[1:])
 

@@ -16,7 +16,8 @@ CRASH_SEED = 4242
 
 
 def plant() -> None:
-    from engine.runtime import variant
+    from npu_console.engine.runtime import variant
+
     from fakes.faults import EngineKilled
 
     real_make_runner = variant.make_runner
@@ -36,6 +37,6 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    from engine.cli.main import main
+    from npu_console.engine.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

@@ -15,13 +15,13 @@ _BACKENDS: dict[str, Any] = {}
 def get_backend(name: str) -> Any:
     if name not in _BACKENDS:
         if name == "cpu":
-            from engine.quant.kernels.cpu import CpuBackend as cls
+            from npu_console.engine.quant.kernels.cpu import CpuBackend as cls
         elif name == "cuda":
-            from engine.quant.kernels.cuda import CudaBackend as cls
+            from npu_console.engine.quant.kernels.cuda import CudaBackend as cls
         elif name == "npu":
-            from engine.quant.kernels.npu import NpuBackend as cls
+            from npu_console.engine.quant.kernels.npu import NpuBackend as cls
         elif name == "reference":
-            from engine.quant.kernels.reference import ReferenceBackend as cls
+            from npu_console.engine.quant.kernels.reference import ReferenceBackend as cls
         else:
             raise ValueError(f"no int8 backend for device type {name!r}")
         _BACKENDS[name] = cls()

@@ -35,9 +35,8 @@ import functools
 import warnings
 
 import torch
-
-from engine.quant import qmath
-from engine.quant.kernels import native
+from npu_console.engine.quant import qmath
+from npu_console.engine.quant.kernels import native
 
 
 def _prepack(q: torch.Tensor, scale: torch.Tensor):

@@ -8,8 +8,7 @@ Not runnable on the development machines (no GPU); the math mirrors the referenc
 from __future__ import annotations
 
 import torch
-
-from engine.quant import qmath
+from npu_console.engine.quant import qmath
 
 
 class CudaBackend:

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from engine import paths
-from engine.devices import cpu_flags
-from engine.quant.kernels.trust import private_dir, untrusted
+from npu_console.engine import paths
+from npu_console.engine.devices import cpu_flags
+from npu_console.engine.quant.kernels.trust import private_dir, untrusted
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import sys
 
 import torch
-
-from engine.quant.config import QuantError
+from npu_console.engine.quant.config import QuantError
 
 MAX_DIM = 65535
 

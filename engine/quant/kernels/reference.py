@@ -4,8 +4,7 @@ products exactly), used by tests and as the last-resort path for per-group W8A8-
 from __future__ import annotations
 
 import torch
-
-from engine.quant import qmath
+from npu_console.engine.quant import qmath
 
 
 class ReferenceBackend:
