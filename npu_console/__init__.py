@@ -15,4 +15,4 @@ _here = _os.path.dirname(_os.path.abspath(__file__))
 _root = _os.path.dirname(_here)
 if (not _os.path.isdir(_os.path.join(_here, "engine"))
         and _os.path.isfile(_os.path.join(_root, "engine", "__init__.py"))):
-    __path__.append(_root)  # noqa: F821 (a package's __path__)
+    __path__.append(_root)
