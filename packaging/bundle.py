@@ -3,9 +3,12 @@
     python packaging/bundle.py --target x86_64 --python 3.11 --flavour cpu --out dist/
 
 writes dist/npu-console-<version>-<flavour>-<target>-py311.tar.gz. Copy it to a server with no
-network, unpack it, run ./install.sh (see docs/packaging.md). For this machine's own platform the
-wheels come from `pip wheel` (so a dependency published only as an sdist still works); for another
-platform or Python, from `pip download --only-binary=:all: --platform ...`.
+network, unpack it, run ./install.sh (see docs/packaging.md). `--server` leaves Qt out (the engine,
+the CLI and `serve`: npu-console-<version>-<flavour>-server-<target>-py311.tar.gz) and installs
+on glibc 2.28. For this machine's own platform, with no --glibc, the wheels come from `pip wheel`
+(so a dependency published only as an sdist still works); for another platform or Python, or
+with --glibc, from `pip download --only-binary=:all: --platform ...` with manylinux tags no newer
+than that glibc, and the build fails if any wheel would need more.
 """
 
 from __future__ import annotations
@@ -35,11 +38,15 @@ TARGETS = ("x86_64", "aarch64")
 FLAVOURS = ("cpu", "cuda", "ascend")
 DEFAULT_TORCH = "2.13.0"  # the release this project is developed and tested against
 # Oldest server glibc for foreign targets: 2.28 = RHEL 8 / openEuler 20.03 / Kylin V10. No PySide6 in
-# our range has an aarch64 wheel below manylinux_2_31 (6.8.0.2; 6.11 needs 2.39), hence 2.31 there.
+# our range has an aarch64 wheel below manylinux_2_31 (6.8.0.2; 6.11 needs 2.39), hence 2.31 for a
+# desktop bundle there; a server bundle (no Qt) goes down to 2.28 on both.
 DEFAULT_GLIBC = {"x86_64": "2.28", "aarch64": "2.31"}
-# Project extras every bundle carries besides the flavour's: the desktop console (PySide6 is an
-# optional extra since issue 25; a Qt-free server bundle is not built yet)
+SERVER_GLIBC = "2.28"
+# Project extras a desktop bundle carries besides the flavour's: the console (PySide6 is the `gui`
+# extra since issue 25). A server bundle (--server) leaves it out: engine, CLI and `serve` only.
 BUNDLE_EXTRAS = ("gui",)
+# what a server bundle must not carry (wheel file names, lower case)
+QT_WHEELS = ("pyside6", "shiboken6", "pyqtgraph", "qasync")
 # Files copied from packaging/ into every bundle (the two Python ones run on the server)
 BUNDLE_TOOLS = ("install.sh", "preflight.py", "ascend_pairs.py")
 
@@ -60,10 +67,17 @@ class Plan:
     platforms: list[str] = field(default_factory=list)
     cann: str | None = None
     torch_npu: str | None = None
+    server: bool = False  # no Qt: the engine, the CLI and `serve`
+    glibc: str | None = None  # the floor asked for; None: whatever this machine builds against
+
+    @property
+    def project_extras(self) -> list[str]:
+        return [*(() if self.server else BUNDLE_EXTRAS), *self.extras]
 
     @property
     def name_suffix(self) -> str:
-        return f"{self.flavour}-{self.target}-py{self.python.replace('.', '')}"
+        kind = "-server" if self.server else ""
+        return f"{self.flavour}{kind}-{self.target}-py{self.python.replace('.', '')}"
 
 
 def host_machine() -> str:
@@ -87,6 +101,7 @@ def make_plan(
     torch: str | None,
     torch_npu: str | None,
     glibc: str | None = None,
+    server: bool = False,
 ) -> Plan:
     if target not in TARGETS:
         raise BundleError(f"--target {target}: choose one of {', '.join(TARGETS)}")
@@ -97,9 +112,14 @@ def make_plan(
     if torch_npu and flavour != "ascend":
         raise BundleError("--torch-npu only makes sense with --flavour ascend")
     host_python = "{}.{}".format(*sys.version_info[:2])
-    native = target == host_machine() and python == host_python and sys.platform == "linux"
-    glibc = glibc or DEFAULT_GLIBC[target]
+    # An explicit --glibc is honoured for every target, this machine's own included: the wheels
+    # are then fetched by manylinux tag (pip download) instead of built here (pip wheel), whose
+    # wheels would only promise this machine's glibc.
+    native = (target == host_machine() and python == host_python and sys.platform == "linux"
+              and glibc is None)
+    glibc = glibc or (SERVER_GLIBC if server else DEFAULT_GLIBC[target])
     platforms = [] if native else manylinux_platforms(target, glibc)
+    floor = None if native else glibc
     if flavour == "ascend":
         try:
             pair = ascend_pairs.pair_for(torch_npu or ascend_pairs.DEFAULT_TORCH_NPU)
@@ -126,14 +146,18 @@ def make_plan(
             platforms,
             pair.cann,
             pair.torch_npu,
+            server,
+            floor,
         )
     version = torch or DEFAULT_TORCH
     if flavour == "cpu":
         # PyPI's x86_64 torch is the multi-GB CUDA build; the CPU build carries the +cpu label
         public = ascend_pairs.split_torch_version(version)[0]
         req = f"torch=={public}+cpu" if target == "x86_64" else f"torch=={public}"
-        return Plan(target, python, flavour, req, [], [], native, platforms)
-    return Plan(target, python, flavour, f"torch=={version}", [], ["cuda"], native, platforms)
+        return Plan(target, python, flavour, req, [], [], native, platforms, server=server,
+                    glibc=floor)
+    return Plan(target, python, flavour, f"torch=={version}", [], ["cuda"], native, platforms,
+                server=server, glibc=floor)
 
 
 def _run(
@@ -202,7 +226,8 @@ def build_project_wheel(plan: Plan, work: Path, verbose: bool) -> Path:
 def pip_collect_cmd(
     plan: Plan, project_wheel: Path, dest: Path, find_links: list[str], extra_index_urls: list[str]
 ) -> list[str]:
-    project = f"{project_wheel}[{','.join([*BUNDLE_EXTRAS, *plan.extras])}]"
+    extras = plan.project_extras
+    project = f"{project_wheel}[{','.join(extras)}]" if extras else str(project_wheel)
     reqs = [project, plan.torch_req, *plan.extra_reqs]
     if plan.native:
         cmd = [sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest)]
@@ -281,6 +306,16 @@ def check_collected(plan: Plan, wheels: list[Path]) -> None:
             raise BundleError(
                 f"a {plan.flavour} bundle must not carry CUDA wheels: {', '.join(cuda)}"
             )
+    if plan.server:
+        qt = sorted(w.name for w in wheels if w.name.lower().startswith(QT_WHEELS))
+        if qt:
+            raise BundleError(f"a server bundle must not carry Qt: {', '.join(qt)}")
+    if plan.glibc:
+        floor = tuple(int(x) for x in plan.glibc.split("."))
+        newer = sorted(w.name for w in wheels if (glibc_needed(w.name, None) or (0, 0)) > floor)
+        if newer:
+            raise BundleError(f"these wheels need a glibc newer than {plan.glibc}: "
+                              f"{', '.join(newer)}")
 
 
 def write_bundle_dir(plan: Plan, bundle: Path, wheels_dir: Path, version: str) -> dict:
@@ -290,16 +325,18 @@ def write_bundle_dir(plan: Plan, bundle: Path, wheels_dir: Path, version: str) -
         shutil.copy2(HERE / name, bundle / name)
     (bundle / "install.sh").chmod(0o755)
     shutil.copytree(HERE / "systemd", bundle / "systemd")
-    desktop = bundle / "desktop"
-    desktop.mkdir()
-    shutil.copy2(HERE / "npu-console.desktop", desktop)
-    shutil.copy2(HERE / "install_desktop.sh", desktop)
-    shutil.copytree(ROOT / "assets" / "icons", desktop / "icons")
+    if not plan.server:
+        desktop = bundle / "desktop"
+        desktop.mkdir()
+        shutil.copy2(HERE / "npu-console.desktop", desktop)
+        shutil.copy2(HERE / "install_desktop.sh", desktop)
+        shutil.copytree(ROOT / "assets" / "icons", desktop / "icons")
     doc = ROOT / "docs" / "packaging.md"
     if doc.is_file():
         shutil.copy2(doc, bundle / "README.md")
 
-    project = f"npu-console[{','.join([*BUNDLE_EXTRAS, *plan.extras])}]"
+    extras = plan.project_extras
+    project = f"npu-console[{','.join(extras)}]" if extras else "npu-console"
     requirements = [f"{project}=={version}", plan.torch_req, *plan.extra_reqs]
     (bundle / "requirements.txt").write_text("\n".join(requirements) + "\n")
     host = _host_glibc() if plan.native else None
@@ -308,6 +345,7 @@ def write_bundle_dir(plan: Plan, bundle: Path, wheels_dir: Path, version: str) -
         "name": bundle.name,
         "version": version,
         "flavour": plan.flavour,
+        "server": plan.server,
         "target": plan.target,
         "python": plan.python,
         "torch": wheel_version(wheels, "torch"),
@@ -366,7 +404,8 @@ def add_chat_model(bundle: Path) -> Path:
 
 
 def build(args: argparse.Namespace) -> Path:
-    plan = make_plan(args.target, args.python, args.flavour, args.torch, args.torch_npu, args.glibc)
+    plan = make_plan(args.target, args.python, args.flavour, args.torch, args.torch_npu, args.glibc,
+                     args.server)
     version = project_version()
     name = f"npu-console-{version}-{plan.name_suffix}"
     if args.dry_run:
@@ -415,7 +454,7 @@ def build(args: argparse.Namespace) -> Path:
             )
         hints["matching distribution found for"] = (
             f": some dependency has no wheel for {plan.target} / CPython {plan.python} / glibc "
-            f"{args.glibc or DEFAULT_GLIBC[plan.target]}; a newer --glibc may help"
+            f"{plan.glibc or 'of this machine'}; a newer --glibc may help"
         )
         _run(
             pip_collect_cmd(plan, project_wheel, wheels_dir, args.find_links, args.extra_index_url),
@@ -475,8 +514,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--glibc",
-        help="oldest glibc of the servers, for foreign targets (default: 2.28 for x86_64, 2.31 "
-        "for aarch64)",
+        help="oldest glibc of the servers; honoured for every target, this machine's too, by "
+        "fetching manylinux wheels no newer than it (default for foreign targets: 2.28 on x86_64, "
+        "2.31 on aarch64, 2.28 for --server)",
+    )
+    p.add_argument(
+        "--server",
+        action="store_true",
+        help="a server bundle: the engine, the CLI and `serve`, no Qt (installs on glibc 2.28)",
     )
     p.add_argument(
         "--find-links",

@@ -93,5 +93,10 @@ cat <<EOF
 Next:
   $prefix/bin/npu-console doctor          # what the console sees on this server
   $prefix/bin/npu-console serve           # the OpenAI-compatible API
-Service (systemd) and desktop menu entry: see README.md in this bundle (systemd/ and desktop/).
 EOF
+if [ -d "$here/desktop" ]; then
+  echo "Service (systemd) and desktop menu entry: see README.md in this bundle (systemd/ and desktop/)."
+else
+  echo "A server bundle (no Qt): run the console on a workstation and connect to this server"
+  echo "(File > Connect to server; docs/remote-serving.md). Service: README.md in this bundle (systemd/)."
+fi

@@ -92,8 +92,9 @@ def test_x86_plans_use_the_cpu_torch_build_except_cuda():
 
 
 def test_host_platform_plan_uses_pip_wheel():
+    """Without --glibc (with one, see test_server_plan_leaves_qt_out_and_honours_glibc...)."""
     host = "{}.{}".format(*sys.version_info[:2])
-    plan = bundle_mod.make_plan(bundle_mod.host_machine(), host, "cpu", None, None, "2.28")
+    plan = bundle_mod.make_plan(bundle_mod.host_machine(), host, "cpu", None, None)
     assert plan.native and plan.platforms == []
     cmd = bundle_mod.pip_collect_cmd(plan, Path("p.whl"), Path("w"), ["/opt/wheels"], [])
     assert cmd[3] == "wheel" and "--platform" not in cmd
@@ -412,7 +413,7 @@ def _expected_assets() -> set[str]:
     for path in (ROOT / "assets").rglob("*"):
         rel = path.relative_to(ROOT)
         if path.is_file() and "__pycache__" not in rel.parts and path.suffix in DATA_SUFFIXES:
-            found.add(rel.as_posix())
+            found.add(f"npu_console/{rel.as_posix()}")
     return found
 
 
@@ -420,19 +421,24 @@ def _expected_assets() -> set[str]:
 def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
     names = set(zipfile.ZipFile(dists["wheel"]).namelist())
     tops = {n.split("/")[0] for n in names}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"engine", "console", "assets"}
+    # one import namespace: nothing with a generic top-level name lands in site-packages
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"npu_console"}
+    assert {n.split("/")[1] for n in names if n.count("/") > 1 and n.startswith("npu_console/")} \
+        == {"engine", "console", "assets"}
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    assert {n for n in names if n.startswith("assets/")} == _expected_assets()
-    for needed in ("assets/icons/app.svg", "assets/icons/app-256.png", "engine/cli/main.py"):
+    assert {n for n in names if n.startswith("npu_console/assets/")} == _expected_assets()
+    for needed in ("npu_console/assets/icons/app.svg", "npu_console/assets/icons/app-256.png",
+                   "npu_console/engine/cli/main.py", "npu_console/__init__.py"):
         assert needed in names
     if DEMO_CONFIG.exists():
-        assert "assets/models/demo/config.json" in names
+        assert "npu_console/assets/models/demo/config.json" in names
         assert any(
-            n.startswith("assets/models/demo/") and n.endswith(".safetensors") for n in names
+            n.startswith("npu_console/assets/models/demo/") and n.endswith(".safetensors")
+            for n in names
         )
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
-    assert "npu-console = engine.cli.main:main" in text
+    assert "npu-console = npu_console.engine.cli.main:main" in text
 
 
 @pytest.mark.slow
@@ -449,7 +455,8 @@ def test_sdist_leaves_out_tests_docs_and_packaging(dists):
 
 @pytest.fixture(scope="module")
 def installed_bundle(tmp_path_factory) -> Path:
-    """Build this machine's cpu bundle, unpack it, install it with pip cut off from the network."""
+    """Build this machine's cpu server bundle for glibc 2.28, unpack it, install it with pip cut
+    off from the network."""
     if platform.system() != "Linux":
         pytest.skip("offline bundles are built for Linux servers")
     work = tmp_path_factory.mktemp("bundle")
@@ -459,6 +466,9 @@ def installed_bundle(tmp_path_factory) -> Path:
             str(PACKAGING / "bundle.py"),
             "--flavour",
             "cpu",
+            "--server",
+            "--glibc",
+            "2.28",
             "--out",
             str(work / "out"),
         ],
@@ -468,13 +478,17 @@ def installed_bundle(tmp_path_factory) -> Path:
     archive = Path(res.stdout.strip().splitlines()[-1])
     py = "{}{}".format(*sys.version_info[:2])
     assert archive.is_file()
-    assert archive.name == f"npu-console-{__version__}-cpu-{platform.machine()}-py{py}.tar.gz"
+    assert archive.name == (
+        f"npu-console-{__version__}-cpu-server-{platform.machine()}-py{py}.tar.gz")
     with tarfile.open(archive) as tar:
         tar.extractall(work / "unpacked", filter="data")
     (bundle,) = (work / "unpacked").iterdir()
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["flavour"] == "cpu" and manifest["torch"].startswith("2.13.0")
     assert not [w for w in manifest["wheels"] if w.startswith("nvidia_")]
+    assert manifest["server"] is True and sorted(manifest["wheels"]) == sorted(
+        p.name for p in (bundle / "wheels").glob("*.whl"))
+    _assert_glibc_floor(manifest["wheels"], (2, 28))
     prefix = work / "venv"
     res = _run(
         [*_offline_prefix(), str(bundle / "install.sh"), "--prefix", str(prefix), "--no-compile"],
@@ -484,6 +498,74 @@ def installed_bundle(tmp_path_factory) -> Path:
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return prefix
+
+
+def _assert_glibc_floor(wheels, floor: tuple[int, int]) -> None:
+    """Every wheel installs on a glibc `floor` system, read from the wheel file names' tags
+    (independently of bundle.py), and none of them is Qt."""
+    from packaging.utils import parse_wheel_filename
+
+    too_new, qt = [], []
+    for name in wheels:
+        dist, _, _, tags = parse_wheel_filename(name)
+        if str(dist).lower() in ("pyside6", "pyside6-essentials", "shiboken6", "pyqtgraph",
+                                 "qasync"):
+            qt.append(name)
+        ok = False
+        for tag in tags:
+            plat = tag.platform
+            legacy = {"manylinux1": 5, "manylinux2010": 12, "manylinux2014": 17}
+            head = plat.split("_x86_64")[0].split("_aarch64")[0]
+            if plat == "any" or head in legacy:
+                ok = True
+            elif plat.startswith("manylinux_2_"):
+                ok |= int(plat.split("_")[2]) <= floor[1]
+        if not ok:
+            too_new.append(name)
+    assert not too_new, f"need a glibc newer than {floor}: {too_new}"
+    assert not qt, qt
+
+
+def test_the_glibc_floor_check_catches_a_newer_wheel():
+    _assert_glibc_floor(["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                         "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                         "httpx-0.28.1-py3-none-any.whl"], (2, 28))
+    with pytest.raises(AssertionError, match="newer"):
+        _assert_glibc_floor(["pyside6_essentials-6.11.3-cp39-abi3-manylinux_2_34_x86_64.whl"],
+                            (2, 28))
+    with pytest.raises(AssertionError, match="pyqtgraph"):
+        _assert_glibc_floor(["pyqtgraph-0.13.7-py3-none-any.whl"], (2, 28))
+
+
+def test_server_plan_leaves_qt_out_and_honours_glibc_on_this_machine():
+    plan = bundle_mod.make_plan(platform.machine(), "{}.{}".format(*sys.version_info[:2]),
+                                  "cpu", None, None, "2.28", server=True)
+    assert plan.server and not plan.native and plan.glibc == "2.28"
+    assert plan.platforms[0] == f"manylinux_2_28_{platform.machine()}"
+    cmd = bundle_mod.pip_collect_cmd(plan, Path("p.whl"), Path("w"), [], [])
+    assert "download" in cmd and "p.whl" in cmd and not [c for c in cmd if "[gui" in c]
+    desktop = bundle_mod.make_plan(platform.machine(), "{}.{}".format(*sys.version_info[:2]),
+                                     "cpu", None, None)
+    assert desktop.native and desktop.glibc is None and "gui" in desktop.project_extras
+
+
+def _installed_top_levels(prefix: Path) -> set[str]:
+    (record,) = prefix.glob("lib/python*/site-packages/npu_console-*.dist-info/RECORD")
+    tops = set()
+    for line in record.read_text().splitlines():
+        path = line.split(",")[0]
+        if not path.startswith("..") and "/" in path:
+            tops.add(path.split("/")[0])
+    return {t for t in tops if not t.endswith(".dist-info")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_installed_wheel_puts_one_package_in_site_packages_and_no_qt(installed_bundle):
+    assert _installed_top_levels(installed_bundle) == {"npu_console"}
+    res = _run([str(installed_bundle / "bin" / "python"), "-c", "import PySide6"],
+               env=_offline_env(), cwd=installed_bundle)
+    assert res.returncode != 0 and "ModuleNotFoundError" in res.stderr
 
 
 def _installed(prefix: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
