@@ -68,43 +68,46 @@ class ThresholdRule:
         return f"{obs.subject}: {self.name} back to {what}"
 
 
-class TemperatureRule(ThresholdRule):
-    name = "temperature"
-    unit = " C"
+class AcceleratorRule(ThresholdRule):
+    """A reading every accelerator reports (the DeviceSnapshot attribute `reading`), raised per
+    device; `defaults` are the (raise_at, clear_at, for_samples) an argument left out takes."""
 
-    def __init__(self, raise_at: float = 85.0, clear_at: float = 80.0, for_samples: int = 1):
-        super().__init__(raise_at, clear_at, for_samples)
+    reading = ""
+    defaults: tuple[float, float, int] = (0.0, 0.0, 1)
+
+    def __init__(self, raise_at: float | None = None, clear_at: float | None = None,
+                 for_samples: int | None = None):
+        r, c, n = self.defaults
+        super().__init__(r if raise_at is None else raise_at, c if clear_at is None else clear_at,
+                         n if for_samples is None else for_samples)
 
     def observe(self, snap, stats):
         for d in snap.accelerators:
-            yield Observation(d.key, d.temp_c)
+            yield Observation(d.key, getattr(d, self.reading))
 
 
-class MemoryRule(ThresholdRule):
+class TemperatureRule(AcceleratorRule):
+    name = "temperature"
+    unit = " C"
+    reading = "temp_c"
+    defaults = (85.0, 80.0, 1)
+
+
+class MemoryRule(AcceleratorRule):
     """Accelerator memory (HBM on 910 class) use in percent."""
 
     name = "hbm"
     unit = " %"
-
-    def __init__(self, raise_at: float = 95.0, clear_at: float = 90.0, for_samples: int = 1):
-        super().__init__(raise_at, clear_at, for_samples)
-
-    def observe(self, snap, stats):
-        for d in snap.accelerators:
-            yield Observation(d.key, d.mem_pct)
+    reading = "mem_pct"
+    defaults = (95.0, 90.0, 1)
 
 
-class AICoreSaturatedRule(ThresholdRule):
+class AICoreSaturatedRule(AcceleratorRule):
     name = "aicore_saturated"
     severity = "info"
     unit = " %"
-
-    def __init__(self, raise_at: float = 98.0, clear_at: float = 90.0, for_samples: int = 3):
-        super().__init__(raise_at, clear_at, for_samples)
-
-    def observe(self, snap, stats):
-        for d in snap.accelerators:
-            yield Observation(d.key, d.util_pct)
+    reading = "util_pct"
+    defaults = (98.0, 90.0, 3)
 
 
 class HealthRule(ThresholdRule):

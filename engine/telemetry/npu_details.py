@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from npu_console.engine.telemetry.npu_health import explain_codes, explain_status
-from npu_console.engine.telemetry.npu_smi_kv import _int, parse_kv_output, parse_usages
+from npu_console.engine.telemetry.npu_smi_kv import parse_kv_output, parse_usages
 from npu_console.engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
+from npu_console.engine.telemetry.smi_values import to_int
 from npu_console.engine.telemetry.types import ChipDetail, DeviceSnapshot
 
 # what the live provider runs: per card, except health (per chip, `-c`)
@@ -110,7 +111,7 @@ def build_details(
 
 
 def _npu_of(out: SubOutput, acc: _Acc) -> int | None:
-    printed = _int(parse_kv_output(out.text).head.get("NPU ID")) if out.text else None
+    printed = to_int(parse_kv_output(out.text).head.get("NPU ID")) if out.text else None
     npu = printed if printed is not None else out.npu_id
     if npu is None:  # a trimmed capture without `NPU ID`: the table's first card
         npu = acc.chips[0][0] if acc.chips else None

@@ -12,46 +12,14 @@ Nothing here raises on bad input.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from npu_console.engine.telemetry.smi_values import to_float, to_int, to_str
+
 _HEAD_KEYS = ("NPU ID", "Chip Count", "Total Count", "Card Count")
-_MISSING = {"", "NA", "N/A", "-", "--"}
 _ANNOTATION_RE = re.compile(r"\t+\s*#.*$")
-
-
-def _int(v: str | None) -> int | None:
-    if v is None:
-        return None
-    v = v.strip()
-    if v in _MISSING:
-        return None
-    try:
-        return int(v, 0) if v.lower().startswith("0x") else int(v)
-    except ValueError:
-        try:
-            return int(float(v))
-        except ValueError:
-            return None
-
-
-def _float(v: str | None) -> float | None:
-    if v is None:
-        return None
-    v = v.strip()
-    if v in _MISSING:
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        return None
-
-
-def _str(v: str | None) -> str | None:
-    if v is None:
-        return None
-    v = v.strip()
-    return None if v in _MISSING else v
 
 
 # ----------------------------------------------------------------------------- generic reader
@@ -71,11 +39,11 @@ class KvBlock:
 
     @property
     def chip_id(self) -> int | None:
-        return _int(self.values.get("Chip ID"))
+        return to_int(self.values.get("Chip ID"))
 
     @property
     def chip_name(self) -> str | None:
-        return _str(self.values.get("Chip Name"))
+        return to_str(self.values.get("Chip Name"))
 
 
 @dataclass
@@ -169,9 +137,31 @@ class _Chips:
 
 
 def _head(kv: KvOutput, result: Any) -> None:
-    result.npu_id = _int(kv.head.get("NPU ID"))
-    result.chip_count = _int(kv.head.get("Chip Count"))
+    result.npu_id = to_int(kv.head.get("NPU ID"))
+    result.chip_count = to_int(kv.head.get("Chip Count"))
     result.warnings = list(kv.warnings)
+
+
+def _read_chips(text: str, result: Any, chip: Callable[[KvBlock, Any], Any]) -> Any:
+    """The one loop of every per-chip sub-command: the head into `result`, then chip(block,
+    result) for each block, kept in result.chips unless it returns None (a block it skips, or
+    one it filed elsewhere in `result`, such as board sensors)."""
+    kv = parse_kv_output(text)
+    _head(kv, result)
+    for b in kv.blocks:
+        item = chip(b, result)
+        if item is not None:
+            result.chips.append(item)
+    return result
+
+
+def _board_or(b: KvBlock, result: Any, chip: Callable[[], Any]) -> Any:
+    # a block without a Chip ID is the MCU's (board sensors); an empty one is nothing
+    if b.chip_id is not None:
+        return chip()
+    if b.values:
+        result.others.append(_other(b))
+    return None
 
 
 @dataclass
@@ -203,44 +193,41 @@ class UsagesResult(_Chips):
 
 def parse_usages(text: str) -> UsagesResult:
     """`npu-smi info -t usages -i N`."""
-    kv = parse_kv_output(text)
-    res = UsagesResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        if not b.values:
-            continue
-        dvpp = {
-            k[len("DVPP ") :].split(" ")[0]: _int(v)
-            for k, v in b.values.items()
-            if k.startswith("DVPP ")
-        }
-        res.chips.append(
-            ChipUsages(
-                chip_id=b.chip_id,
-                ddr_capacity_mb=_int(b.get("DDR Capacity(MB)", "Memory Capacity(MB)")),
-                ddr_usage_pct=_int(b.get("DDR Usage Rate(%)", "Memory Usage Rate(%)")),
-                hbm_capacity_mb=_int(b.get("HBM Capacity(MB)")),
-                hbm_usage_pct=_int(b.get("HBM Usage Rate(%)")),
-                hugepages_total=_int(b.get("DDR Hugepages Total(page)", "Hugepages Total(page)")),
-                hugepages_usage_pct=_int(
-                    b.get("DDR Hugepages Usage Rate(%)", "Hugepages Usage Rate(%)")
-                ),
-                aicore_pct=_int(b.get("Aicore Usage Rate(%)")),
-                aivector_pct=_int(b.get("Aivector Usage Rate(%)")),
-                aicube_pct=_int(b.get("Aicube Usage Rate(%)")),
-                aicpu_pct=_int(b.get("Aicpu Usage Rate(%)")),
-                ctrlcpu_pct=_int(b.get("Ctrlcpu Usage Rate(%)")),
-                vectorcore_pct=_int(b.get("Vectorcore Usage Rate(%)")),
-                npu_util_pct=_int(b.get("NPU Utilization(%)")),
-                ddr_bandwidth_pct=_int(
-                    b.get("DDR Bandwidth Usage Rate(%)", "Memory Bandwidth Usage Rate(%)")
-                ),
-                hbm_bandwidth_pct=_int(b.get("HBM Bandwidth Usage Rate(%)")),
-                dvpp_pct=dvpp,
-                values=dict(b.values),
-            )
-        )
-    return res
+    return _read_chips(text, UsagesResult(), _usages_chip)
+
+
+def _usages_chip(b: KvBlock, _res: UsagesResult) -> ChipUsages | None:
+    if not b.values:
+        return None
+    dvpp = {
+        k[len("DVPP ") :].split(" ")[0]: to_int(v)
+        for k, v in b.values.items()
+        if k.startswith("DVPP ")
+    }
+    return ChipUsages(
+        chip_id=b.chip_id,
+        ddr_capacity_mb=to_int(b.get("DDR Capacity(MB)", "Memory Capacity(MB)")),
+        ddr_usage_pct=to_int(b.get("DDR Usage Rate(%)", "Memory Usage Rate(%)")),
+        hbm_capacity_mb=to_int(b.get("HBM Capacity(MB)")),
+        hbm_usage_pct=to_int(b.get("HBM Usage Rate(%)")),
+        hugepages_total=to_int(b.get("DDR Hugepages Total(page)", "Hugepages Total(page)")),
+        hugepages_usage_pct=to_int(
+            b.get("DDR Hugepages Usage Rate(%)", "Hugepages Usage Rate(%)")
+        ),
+        aicore_pct=to_int(b.get("Aicore Usage Rate(%)")),
+        aivector_pct=to_int(b.get("Aivector Usage Rate(%)")),
+        aicube_pct=to_int(b.get("Aicube Usage Rate(%)")),
+        aicpu_pct=to_int(b.get("Aicpu Usage Rate(%)")),
+        ctrlcpu_pct=to_int(b.get("Ctrlcpu Usage Rate(%)")),
+        vectorcore_pct=to_int(b.get("Vectorcore Usage Rate(%)")),
+        npu_util_pct=to_int(b.get("NPU Utilization(%)")),
+        ddr_bandwidth_pct=to_int(
+            b.get("DDR Bandwidth Usage Rate(%)", "Memory Bandwidth Usage Rate(%)")
+        ),
+        hbm_bandwidth_pct=to_int(b.get("HBM Bandwidth Usage Rate(%)")),
+        dvpp_pct=dvpp,
+        values=dict(b.values),
+    )
 
 
 @dataclass
@@ -284,37 +271,30 @@ def _power_of(b: KvBlock) -> str | None:
 def _other(b: KvBlock) -> BoardSensors:
     return BoardSensors(
         name=b.chip_name,
-        temp_c=_float(_temp_of(b)),
-        power_w=_float(_power_of(b)),
+        temp_c=to_float(_temp_of(b)),
+        power_w=to_float(_power_of(b)),
         values=dict(b.values),
     )
 
 
 def parse_common(text: str) -> CommonResult:
     """`npu-smi info -t common -i N`."""
-    kv = parse_kv_output(text)
-    res = CommonResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        if b.chip_id is None:
-            if b.values:
-                res.others.append(_other(b))
-            continue
-        res.chips.append(
-            ChipCommon(
-                chip_id=b.chip_id,
-                memory_usage_pct=_int(b.get("Memory Usage Rate(%)", "DDR Usage Rate(%)")),
-                hbm_usage_pct=_int(b.get("HBM Usage Rate(%)")),
-                aicore_pct=_int(b.get("Aicore Usage Rate(%)")),
-                aicore_freq_mhz=_int(b.get("Aicore Freq(MHZ)", "Aicore Freq(MHz)")),
-                aicore_cur_freq_mhz=_int(b.get("Aicore curFreq(MHZ)", "Aicore curFreq(MHz)")),
-                aicore_count=_int(b.get("Aicore Count")),
-                temp_c=_int(_temp_of(b)),
-                power_w=_float(_power_of(b)),
-                values=dict(b.values),
-            )
-        )
-    return res
+    return _read_chips(text, CommonResult(), _common_chip)
+
+
+def _common_chip(b: KvBlock, res: CommonResult) -> ChipCommon | None:
+    return _board_or(b, res, lambda: ChipCommon(
+        chip_id=b.chip_id,
+        memory_usage_pct=to_int(b.get("Memory Usage Rate(%)", "DDR Usage Rate(%)")),
+        hbm_usage_pct=to_int(b.get("HBM Usage Rate(%)")),
+        aicore_pct=to_int(b.get("Aicore Usage Rate(%)")),
+        aicore_freq_mhz=to_int(b.get("Aicore Freq(MHZ)", "Aicore Freq(MHz)")),
+        aicore_cur_freq_mhz=to_int(b.get("Aicore curFreq(MHZ)", "Aicore curFreq(MHz)")),
+        aicore_count=to_int(b.get("Aicore Count")),
+        temp_c=to_int(_temp_of(b)),
+        power_w=to_float(_power_of(b)),
+        values=dict(b.values),
+    ))
 
 
 @dataclass
@@ -332,16 +312,8 @@ class TempResult(_Chips):
 
 def parse_temp(text: str) -> TempResult:
     """`npu-smi info -t temp -i N`."""
-    kv = parse_kv_output(text)
-    res = TempResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        if b.chip_id is None:
-            if b.values:
-                res.others.append(_other(b))
-            continue
-        res.chips.append(ChipReading(b.chip_id, _float(_temp_of(b)), dict(b.values)))
-    return res
+    return _read_chips(text, TempResult(), lambda b, res: _board_or(
+        b, res, lambda: ChipReading(b.chip_id, to_float(_temp_of(b)), dict(b.values))))
 
 
 @dataclass
@@ -353,19 +325,15 @@ class PowerResult(_Chips):
 
 def parse_power(text: str) -> PowerResult:
     """`npu-smi info -t power -i N`."""
-    kv = parse_kv_output(text)
-    res = PowerResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        rated = _float(b.get("Rated Power Dissipation(W)"))
-        if rated is not None:
-            res.rated_w = rated
-        if b.chip_id is None:
-            if b.values:
-                res.others.append(_other(b))
-            continue
-        res.chips.append(ChipReading(b.chip_id, _float(_power_of(b)), dict(b.values)))
-    return res
+    return _read_chips(text, PowerResult(), _power_chip)
+
+
+def _power_chip(b: KvBlock, res: PowerResult) -> ChipReading | None:
+    rated = to_float(b.get("Rated Power Dissipation(W)"))
+    if rated is not None:
+        res.rated_w = rated
+    return _board_or(b, res, lambda: ChipReading(b.chip_id, to_float(_power_of(b)),
+                                                 dict(b.values)))
 
 
 @dataclass
@@ -387,24 +355,21 @@ class MemoryResult(_Chips):
 
 def parse_memory(text: str) -> MemoryResult:
     """`npu-smi info -t memory -i N`."""
-    kv = parse_kv_output(text)
-    res = MemoryResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        if not b.values:
-            continue
-        res.chips.append(
-            ChipMemory(
-                chip_id=b.chip_id,
-                ddr_capacity_mb=_int(
-                    b.get("DDR Capacity(MB)", "Total DDR Capacity(MB)", "Memory Capacity(MB)")
-                ),
-                ddr_clock_mhz=_int(b.get("DDR Clock Speed(MHz)", "DDR Clock Speed(MHZ)")),
-                hbm_capacity_mb=_int(b.get("HBM Capacity(MB)")),
-                hbm_clock_mhz=_int(b.get("HBM Clock Speed(MHz)", "HBM Clock Speed(MHZ)")),
-                hbm_temp_c=_int(b.get("HBM Temperature(C)")),
-                hbm_manufacturer_id=_str(b.get("HBM Manufacturer ID")),
-                values=dict(b.values),
-            )
-        )
-    return res
+    return _read_chips(text, MemoryResult(), _memory_chip)
+
+
+def _memory_chip(b: KvBlock, _res: MemoryResult) -> ChipMemory | None:
+    if not b.values:
+        return None
+    return ChipMemory(
+        chip_id=b.chip_id,
+        ddr_capacity_mb=to_int(
+            b.get("DDR Capacity(MB)", "Total DDR Capacity(MB)", "Memory Capacity(MB)")
+        ),
+        ddr_clock_mhz=to_int(b.get("DDR Clock Speed(MHz)", "DDR Clock Speed(MHZ)")),
+        hbm_capacity_mb=to_int(b.get("HBM Capacity(MB)")),
+        hbm_clock_mhz=to_int(b.get("HBM Clock Speed(MHz)", "HBM Clock Speed(MHZ)")),
+        hbm_temp_c=to_int(b.get("HBM Temperature(C)")),
+        hbm_manufacturer_id=to_str(b.get("HBM Manufacturer ID")),
+        values=dict(b.values),
+    )

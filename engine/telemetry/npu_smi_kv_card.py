@@ -9,14 +9,8 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from npu_console.engine.telemetry.npu_smi_kv import (
-    KvBlock,
-    _Chips,
-    _head,
-    _int,
-    _str,
-    parse_kv_output,
-)
+from npu_console.engine.telemetry.npu_smi_kv import KvBlock, _Chips, _read_chips, parse_kv_output
+from npu_console.engine.telemetry.smi_values import to_int, to_str
 
 _PROC_RE = re.compile(
     r"Process id:\s*(\d+)\s+Process name:(.*?)\s*Process memory\(MB\):\s*(\d+)", re.IGNORECASE
@@ -83,19 +77,26 @@ _BOARD_FIELDS = {
 }
 
 
-def parse_board(text: str) -> BoardInfo:
+def _merged(text: str) -> tuple[dict[str, str], list[str]]:
+    """Card-level sub-commands print one record: the head and every block as one dict (the
+    first of a repeated key wins), with the reader's warnings."""
     kv = parse_kv_output(text)
     merged: dict[str, str] = dict(kv.head)
     for b in kv.blocks:
         for k, v in b.values.items():
             merged.setdefault(k, v)
-    info = BoardInfo(values=merged, warnings=list(kv.warnings))
-    info.npu_id = _int(merged.get("NPU ID"))
-    info.chip_id = _int(merged.get("Chip ID"))
-    info.chip_count = _int(merged.get("Chip Count"))
-    info.slot_id = _int(merged.get("Slot ID"))
+    return merged, list(kv.warnings)
+
+
+def parse_board(text: str) -> BoardInfo:
+    merged, warnings = _merged(text)
+    info = BoardInfo(values=merged, warnings=warnings)
+    info.npu_id = to_int(merged.get("NPU ID"))
+    info.chip_id = to_int(merged.get("Chip ID"))
+    info.chip_count = to_int(merged.get("Chip Count"))
+    info.slot_id = to_int(merged.get("Slot ID"))
     for key, attr in _BOARD_FIELDS.items():
-        setattr(info, attr, _str(merged.get(key)))
+        setattr(info, attr, to_str(merged.get(key)))
     return info
 
 
@@ -110,17 +111,13 @@ class HealthInfo:
 
 def parse_health(text: str) -> HealthInfo:
     """`npu-smi info -t health -i N [-c C]`."""
-    kv = parse_kv_output(text)
-    merged: dict[str, str] = dict(kv.head)
-    for b in kv.blocks:
-        for k, v in b.values.items():
-            merged.setdefault(k, v)
-    res = HealthInfo(values=merged, warnings=list(kv.warnings))
-    res.status = _str(merged.get("Health Status", merged.get("Health")))
-    codes = _str(merged.get("Error Code"))
+    merged, warnings = _merged(text)
+    res = HealthInfo(values=merged, warnings=warnings)
+    res.status = to_str(merged.get("Health Status", merged.get("Health")))
+    codes = to_str(merged.get("Error Code"))
     res.error_codes = codes.split() if codes else []
-    info = _str(merged.get("Error Information"))
-    res.error_info = [ln.strip() for ln in info.split("\n") if _str(ln)] if info else []
+    info = to_str(merged.get("Error Information"))
+    res.error_info = [ln.strip() for ln in info.split("\n") if to_str(ln)] if info else []
     if res.status is None:
         res.warnings.append("no Health Status key")
     return res
@@ -142,14 +139,12 @@ class EccResult(_Chips):
 
 def parse_ecc(text: str) -> EccResult:
     """`npu-smi info -t ecc -i N` (40-character key column)."""
-    kv = parse_kv_output(text)
-    res = EccResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        counts = {k: _int(v) for k, v in b.values.items() if k != "Chip ID"}
-        if counts or b.chip_id is not None:
-            res.chips.append(ChipEcc(b.chip_id, counts))
-    return res
+    return _read_chips(text, EccResult(), _ecc_chip)
+
+
+def _ecc_chip(b: KvBlock, _res: EccResult) -> ChipEcc | None:
+    counts = {k: to_int(v) for k, v in b.values.items() if k != "Chip ID"}
+    return ChipEcc(b.chip_id, counts) if counts or b.chip_id is not None else None
 
 
 @dataclass
@@ -172,20 +167,18 @@ class ProcMemResult(_Chips):
 
 def parse_proc_mem(text: str) -> ProcMemResult:
     """`npu-smi info -t proc-mem -i N`: per chip, `No process in device.` or process lines."""
-    kv = parse_kv_output(text)
-    res = ProcMemResult()
-    _head(kv, res)
-    for b in kv.blocks:
-        procs = []
-        for line in b.lines:
-            m = _PROC_RE.search(line)
-            if m:
-                procs.append(ProcMem(int(m.group(1)), m.group(2).strip(), int(m.group(3))))
-            elif "no process" not in line.lower() and "failed" not in line.lower():
-                res.warnings.append(f"unrecognised proc-mem line: {line[:60]!r}")
-        if procs or b.chip_id is not None:
-            res.chips.append(ChipProcMem(b.chip_id, procs))
-    return res
+    return _read_chips(text, ProcMemResult(), _proc_mem_chip)
+
+
+def _proc_mem_chip(b: KvBlock, res: ProcMemResult) -> ChipProcMem | None:
+    procs = []
+    for line in b.lines:
+        m = _PROC_RE.search(line)
+        if m:
+            procs.append(ProcMem(int(m.group(1)), m.group(2).strip(), int(m.group(3))))
+        elif "no process" not in line.lower() and "failed" not in line.lower():
+            res.warnings.append(f"unrecognised proc-mem line: {line[:60]!r}")
+    return ChipProcMem(b.chip_id, procs) if procs or b.chip_id is not None else None
 
 
 @dataclass
@@ -208,7 +201,7 @@ def parse_list(text: str) -> NpuList:
     """`npu-smi info -l`."""
     kv = parse_kv_output(text)
     res = NpuList(warnings=list(kv.warnings))
-    res.total_count = _int(kv.head.get("Total Count", kv.head.get("Card Count")))
+    res.total_count = to_int(kv.head.get("Total Count", kv.head.get("Card Count")))
     # the reader takes the first NPU ID into the head; -l repeats it per card
     blocks = list(kv.blocks)
     if "NPU ID" in kv.head:
@@ -219,15 +212,15 @@ def parse_list(text: str) -> NpuList:
             first.values.update(blocks.pop(0).values)
         blocks.insert(0, first)
     for b in blocks:
-        npu_id = _int(b.values.get("NPU ID"))
+        npu_id = to_int(b.values.get("NPU ID"))
         if npu_id is None:
             continue
         res.npus.append(
             NpuListEntry(
                 npu_id=npu_id,
-                chip_count=_int(b.values.get("Chip Count")),
-                product_name=_str(b.values.get("Product Name")),
-                serial_number=_str(b.values.get("Serial Number")),
+                chip_count=to_int(b.values.get("Chip Count")),
+                product_name=to_str(b.values.get("Product Name")),
+                serial_number=to_str(b.values.get("Serial Number")),
                 values=dict(b.values),
             )
         )
@@ -285,8 +278,8 @@ def _read_mapping(text: str, res: ChipMap) -> None:
             bounds = [off for off, _ in header] + [len(line)]
             cols = [line[a:b].strip() for a, b in itertools.pairwise(bounds)]
         row = {name: value for (_, name), value in zip(header, cols)}
-        npu_id = _int(row.get("NPU ID"))
-        chip_id = _int(row.get("Chip ID"))
+        npu_id = to_int(row.get("NPU ID"))
+        chip_id = to_int(row.get("Chip ID"))
         if npu_id is None or chip_id is None:
             res.warnings.append(f"unreadable -m row: {line.strip()[:60]!r}")
             continue
@@ -296,8 +289,8 @@ def _read_mapping(text: str, res: ChipMap) -> None:
             ChipMapEntry(
                 npu_id=npu_id,
                 chip_id=chip_id,
-                logic_id=_int(logic),
-                phy_id=_int(row.get("Chip Phy-ID")),
+                logic_id=to_int(logic),
+                phy_id=to_int(row.get("Chip Phy-ID")),
                 chip_name=name,
                 is_mcu=name.lower() == "mcu" or (logic or "").strip() == "-",
             )

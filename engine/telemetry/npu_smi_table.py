@@ -10,9 +10,12 @@ warnings, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from npu_console.engine.telemetry.smi_values import to_float, to_int, to_str
 
 _VERSION = r"\d+\.\d+(?:\.[A-Za-z0-9]+)*"
 _TOOL_VERSION_RE = re.compile(r"npu-smi\s+(" + _VERSION + ")")
@@ -23,7 +26,6 @@ _NO_PROC_RE = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORE
 _TOKEN_RE = re.compile(r"[^\s/|]+\s*/\s*[^\s/|]+|\S+")
 # header labels are separated by two or more spaces ("NPU Util(%)" has one inside)
 _LABEL_RE = re.compile(r"\S+(?: \S+)*")
-_MISSING = {"", "NA", "N/A", "-", "--"}
 
 
 @dataclass(frozen=True)
@@ -51,23 +53,7 @@ class NpuChip:
     hbm_total_mb: int | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "npu_id": self.npu_id,
-            "chip_id": self.chip_id,
-            "device_id": self.device_id,
-            "name": self.name,
-            "health": self.health,
-            "power_w": self.power_w,
-            "temp_c": self.temp_c,
-            "hugepages_used": self.hugepages_used,
-            "hugepages_total": self.hugepages_total,
-            "bus_id": self.bus_id,
-            "aicore_pct": self.aicore_pct,
-            "memory_used_mb": self.memory_used_mb,
-            "memory_total_mb": self.memory_total_mb,
-            "hbm_used_mb": self.hbm_used_mb,
-            "hbm_total_mb": self.hbm_total_mb,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -80,13 +66,10 @@ class NpuProcess:
     container_pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "npu_id": self.npu_id,
-            "chip_id": self.chip_id,
-            "pid": self.pid,
-            "name": self.name,
-            "memory_mb": self.memory_mb,
-        }
+        # the JSON has always been without container_pid (smi --json, /v1/telemetry)
+        out = dataclasses.asdict(self)
+        del out["container_pid"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -117,45 +100,11 @@ class NpuSmiInfo:
 # ----------------------------------------------------------------------------- value helpers
 
 
-def _to_int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if text in _MISSING:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return int(float(text))
-        except ValueError:
-            return None
-
-
-def _to_float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if text in _MISSING:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def _to_pair(text: str | None) -> tuple[int | None, int | None]:
     if text is None or "/" not in text:
         return None, None
     used, _, total = text.partition("/")
-    return _to_int(used), _to_int(total)
-
-
-def _to_str(text: str | None) -> str | None:
-    if text is None:
-        return None
-    text = text.strip()
-    return None if text in _MISSING else text
+    return to_int(used), to_int(total)
 
 
 # ----------------------------------------------------------------------------- row structure
@@ -349,12 +298,12 @@ def _parse(text: str) -> NpuSmiInfo:
         pending.clear()
         if len(rows) < 2:
             warnings.append("chip row cut short: second row missing")
-        npu_id = _to_int(values.get("npu_id"))
+        npu_id = to_int(values.get("npu_id"))
         if npu_id is None:
             warnings.append(f"chip row without an NPU id skipped: {rows[0].strip()[:60]!r}")
             return
         chip_raw = values.get("chip_id")
-        chip_id = _to_int(chip_raw)
+        chip_id = to_int(chip_raw)
         if chip_id is None:
             # the 950 layout has no chip row: one chip per NPU
             chip_id = 0
@@ -365,15 +314,15 @@ def _parse(text: str) -> NpuSmiInfo:
             NpuChip(
                 npu_id=npu_id,
                 chip_id=chip_id,
-                device_id=_to_int(values.get("device_id")),
+                device_id=to_int(values.get("device_id")),
                 name=(values.get("name") or "").strip(),
-                health=_to_str(values.get("health")),
-                power_w=_to_float(values.get("power")),
-                temp_c=_to_int(values.get("temp")),
+                health=to_str(values.get("health")),
+                power_w=to_float(values.get("power")),
+                temp_c=to_int(values.get("temp")),
                 hugepages_used=hp_used,
                 hugepages_total=hp_total,
-                bus_id=_to_str(values.get("bus_id")),
-                aicore_pct=_to_int(values.get("aicore")),
+                bus_id=to_str(values.get("bus_id")),
+                aicore_pct=to_int(values.get("aicore")),
                 memory_used_mb=mem_used,
                 memory_total_mb=mem_total,
                 hbm_used_mb=hbm_used,
@@ -481,19 +430,19 @@ def _parse_process_row(row: str, header: _Header | None, warnings: list[str]) ->
             values[names[0]] = text.strip()
         else:
             values.update(_assign(header[i], off, text))
-    npu_id = _to_int(values.get("npu_id"))
-    pid = _to_int(values.get("pid"))
+    npu_id = to_int(values.get("npu_id"))
+    pid = to_int(values.get("pid"))
     if npu_id is None or pid is None:
         warnings.append(f"unreadable process row skipped: {row.strip()[:60]!r}")
         return None
-    chip_id = _to_int(values.get("chip_id"))
+    chip_id = to_int(values.get("chip_id"))
     return NpuProcess(
         npu_id=npu_id,
         chip_id=0 if chip_id is None else chip_id,
         pid=pid,
         name=values.get("name", "").strip(),
-        memory_mb=_to_int(values.get("memory")),
-        container_pid=_to_int(values.get("container_pid")),
+        memory_mb=to_int(values.get("memory")),
+        container_pid=to_int(values.get("container_pid")),
     )
 
 
