@@ -64,3 +64,27 @@ def test_the_last_prompt_memory_never_returns_stale_ids(tokenizer):
     out = enc.encode(GenerationRequest(messages=messages))
     out.append(-1)  # a caller changing its list does not change the memory
     assert enc.encode(GenerationRequest(messages=messages)) == second
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_with_submits_message(tokenizer):
+    """With max_len, a prompt of max_len tokens or more is refused on its token count (before
+    its ids are listed) with the message submit's context check gives; one that fits gets the
+    same ids as without the limit, text and chat alike."""
+    from npu_console.engine.runtime.types import ContextLengthError
+    from npu_console.engine.runtime.validation import check_context
+
+    enc = PromptEncoder(tokenizer)
+    long_text = "Once upon a time there was a dog. " * 300
+    n = len(tokenizer.encode(long_text))
+    messages = [{"role": "user", "content": long_text}]
+    n_chat = len(tokenizer.encode(render_chat(tokenizer, messages), add_special_tokens=False))
+    for req, count in ((GenerationRequest(prompt=long_text), n),
+                       (GenerationRequest(messages=messages), n_chat)):
+        with pytest.raises(ContextLengthError) as got:
+            enc.encode(req, max_len=count)  # exactly the context: no room for one token
+        with pytest.raises(ContextLengthError) as want:
+            check_context(count, 16, count)
+        assert got.value.message == want.value.message and got.value.param == "prompt"
+        assert f"prompt has {count} tokens" in got.value.message
+        assert enc.encode(req, max_len=count + 1) == enc.encode(req) and len(enc.encode(req)) \
+            == count

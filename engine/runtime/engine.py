@@ -55,7 +55,9 @@ class LocalEngine:
 
     def submit(self, request: GenerationRequest) -> LocalRequestHandle:
         params, variant = self.validate(request)
-        ids = variant.encoder.encode(request)  # on this thread, with no engine lock held
+        # on this thread, with no engine lock held; a prompt too long for the context is
+        # refused on its token count, before its ids become a list
+        ids = variant.encoder.encode(request, variant.max_len)
         check_token_ids(ids, variant.vocab_size)
         take = {k: v for k, v in variant.info.sampling_defaults if k in params.model_defaults}
         if take:  # validated when the model was loaded

@@ -9,11 +9,15 @@ thread's first use and dropped with the thread: no lock is held while text is en
 Each thread also remembers its last prompt, so the n choices of one HTTP request (submitted
 one after another on one worker thread) render and encode their prompt once, not n times.
 
-Fast tokenizers encode through their Rust backend's `encode_batch`, which releases the GIL while
-it works (its `encode` does not: a 900 KB prompt then held the GIL for a second), and only the
-ids are turned into a Python list (transformers' `encode` also builds the attention mask and
-more, ~50 ms of GIL for 300k tokens). The shortcut is used only where it gives the ids the
-tokenizer's own `encode` gives on a probe, special tokens included.
+Fast tokenizers encode through their Rust backend's `encode_batch_fast` (`encode_batch` before
+tokenizers 0.21), which releases the GIL while it works (its `encode` does not: a 900 KB prompt
+then held the GIL for a second). Whatever runs after it holds the GIL, and so stalls every other
+stream of the server, measured on a 900 KB prompt (~300,000 tokens): the "fast" variant keeps no
+character offsets, and freeing an encoding with offsets took 40-55 ms; turning the ids into a
+Python list takes 15-30 ms, so a prompt that cannot fit the context (`max_len`) is refused on
+the encoding's length before any list is built (transformers' `encode` would also build the
+attention mask and more). The shortcut is used only where it gives the ids the tokenizer's own
+`encode` gives on a probe, special tokens included.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import threading
 from typing import Any
 
 from npu_console.engine.runtime.types import GenerationRequest, InvalidRequestError
+from npu_console.engine.runtime.validation import check_prompt_fits
 
 
 def render_chat(tokenizer: Any, messages: list[dict]) -> str:
@@ -53,9 +58,11 @@ class PromptEncoder:
             self._local.tokenizer = tok
         return tok
 
-    def encode(self, req: GenerationRequest) -> list[int]:
+    def encode(self, req: GenerationRequest, max_len: int | None = None) -> list[int]:
         """The prompt's token ids, as the engine will run them; InvalidRequestError for a
-        prompt that cannot be encoded (a failing chat template, a prompt that is no string)."""
+        prompt that cannot be encoded (a failing chat template, a prompt that is no string).
+        With `max_len`, a tokenized text prompt of `max_len` tokens or more may be refused
+        here with ContextLengthError (submit's own check, made before the ids are listed)."""
         if req.prompt_token_ids is not None:
             return list(req.prompt_token_ids)
         # everything that shapes the prompt (not the id or the sampling) must match
@@ -64,11 +71,11 @@ class PromptEncoder:
         last = getattr(self._local, "last", None)
         if last is not None and last[0] == key:
             return list(last[1])
-        ids = self._encode(req)
+        ids = self._encode(req, max_len)
         self._local.last = (copy.deepcopy(key), ids)
         return list(ids)
 
-    def _encode(self, req: GenerationRequest) -> list[int]:
+    def _encode(self, req: GenerationRequest, max_len: int | None = None) -> list[int]:
         tok = self.thread_tokenizer()
         if req.messages is not None:
             try:
@@ -77,18 +84,26 @@ class PromptEncoder:
                 raise InvalidRequestError(f"chat template failed: {exc}",
                                           param="messages") from None
             # the rendered template already carries the special tokens
-            return self._text_ids(tok, text, False)
+            return self._text_ids(tok, text, False, max_len)
         if not isinstance(req.prompt, str):
             raise InvalidRequestError("prompt must be a string", param="prompt")
-        return self._text_ids(tok, req.prompt, req.add_special_tokens)
+        return self._text_ids(tok, req.prompt, req.add_special_tokens, max_len)
 
-    def _text_ids(self, tok: Any, text: str, special: bool) -> list[int]:
+    def _text_ids(self, tok: Any, text: str, special: bool, max_len: int | None) -> list[int]:
         fast = getattr(self._local, "fast", None)
         if fast is None:
             fast = self._local.fast = _backend_agrees(tok)
-        if fast:
-            return tok.backend_tokenizer.encode_batch([text], add_special_tokens=special)[0].ids
-        return list(tok.encode(text, add_special_tokens=special))
+        if not fast:
+            return list(tok.encode(text, add_special_tokens=special))
+        encoding = _backend_encode(tok.backend_tokenizer)([text], add_special_tokens=special)[0]
+        if max_len is not None:
+            check_prompt_fits(len(encoding), max_len)
+        return encoding.ids
+
+
+def _backend_encode(backend: Any) -> Any:
+    """The backend's batch encode that keeps no character offsets, where it has one."""
+    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
 
 
 def _backend_agrees(tok: Any) -> bool:
@@ -101,7 +116,8 @@ def _backend_agrees(tok: Any) -> bool:
     try:
         if getattr(tok, "chat_template", None):
             probes.append(render_chat(tok, [{"role": "user", "content": "Hi there"}]))
-        return all(backend.encode_batch([p], add_special_tokens=s)[0].ids
+        encode = _backend_encode(backend)
+        return all(encode([p], add_special_tokens=s)[0].ids
                    == list(tok.encode(p, add_special_tokens=s))
                    for p in probes for s in (True, False))
     except Exception:  # noqa: BLE001 - any doubt: the tokenizer's own encode

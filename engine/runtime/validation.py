@@ -80,11 +80,16 @@ def check_token_ids(ids: list[int], vocab_size: int) -> None:
             param="prompt_token_ids")
 
 
-def check_context(prompt_len: int, max_tokens: int, max_len: int) -> None:
+def check_prompt_fits(prompt_len: int, max_len: int) -> None:
+    """The prompt alone must leave room for one token (checked before its ids are listed)."""
     if prompt_len >= max_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_len} tokens, but the prompt has "
             f"{prompt_len} tokens; shorten the prompt.", param="prompt")
+
+
+def check_context(prompt_len: int, max_tokens: int, max_len: int) -> None:
+    check_prompt_fits(prompt_len, max_len)
     if prompt_len + max_tokens > max_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_len} tokens. However, you requested "

@@ -135,9 +135,9 @@ def recording_encoders(engine):
     for enc in encoders:
         original = enc._encode
 
-        def _encode(req, _original=original):
+        def _encode(req, *args, _original=original):
             seen.append(threading.current_thread().name)
-            return _original(req)
+            return _original(req, *args)
         enc._encode = _encode
     try:
         yield seen
