@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 from npu_console.engine.remote.errors import connection_error, error_from_response
-from npu_console.engine.remote.prom import MetricsSnapshot, parse_metrics, rate
+from npu_console.engine.remote.prom import MetricsSnapshot, figures, parse_metrics
 from npu_console.engine.remote.sse import (
     chunk_reasoning,
     chunk_text,
@@ -377,28 +377,15 @@ class RemoteEngine:
         prefix = 0.0
         steps = 0
         if snap is not None:
-            running, waiting = snap.running, snap.waiting
-            if snap.kv_total_tokens:
-                kv_total = snap.kv_total_tokens
-                kv_used = round((snap.kv_usage or 0.0) * kv_total)
-            elif snap.kv_usage is not None:
-                # only a fraction is known: report it on a 0..10000 scale so kv_usage is right
-                kv_total, kv_used = 10000, round(snap.kv_usage * 10000)
-            dt = snap.time - prev.time if prev is not None else 0.0
-            prompt_tps = (snap.prompt_tps if snap.prompt_tps is not None else
-                          rate(snap.prompt_tokens, prev.prompt_tokens if prev else None, dt)) or 0.0
-            gen_tps = (snap.generation_tps if snap.generation_tps is not None else
-                       rate(snap.generation_tokens, prev.generation_tokens if prev else None, dt)
-                       ) or 0.0
-            if snap.prefix_hit_rate is not None:
-                prefix = snap.prefix_hit_rate
-            elif snap.prefix_hits is not None and snap.prefix_queries:
-                prefix = snap.prefix_hits / snap.prefix_queries
-            steps = int(snap.steps or 0)
-            if snap.finished is not None:
-                finished = int(snap.finished)
-            if snap.failed is not None:
-                failed = int(snap.failed)
+            f = figures(snap, prev)
+            running, waiting = f.running, f.waiting
+            kv_used, kv_total = f.kv_used_tokens, f.kv_total_tokens
+            prompt_tps, gen_tps = f.prompt_tps, f.generation_tps
+            prefix, steps = f.prefix_hit_rate, f.steps
+            if f.finished is not None:
+                finished = int(f.finished)
+            if f.failed is not None:
+                failed = int(f.failed)
         return EngineStats(
             state=state, running=int(running if running is not None else inflight),
             waiting=int(waiting or 0), max_running=0, max_waiting=0,

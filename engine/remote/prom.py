@@ -105,3 +105,44 @@ def rate(new: float | None, old: float | None, dt: float) -> float | None:
     if new is None or old is None or dt <= 0:
         return None
     return max(0.0, (new - old) / dt)  # a counter that went back means the server restarted
+
+
+@dataclass(frozen=True)
+class EngineFigures:
+    """The engine numbers two successive scrapes give (rates from the counters where the server
+    exports no throughput gauge); None where the server does not say."""
+
+    running: float | None
+    waiting: float | None
+    kv_used_tokens: int
+    kv_total_tokens: int  # 0 when unknown; 10000 when only the fraction is known
+    prompt_tps: float
+    generation_tps: float
+    prefix_hit_rate: float
+    steps: int
+    finished: float | None
+    failed: float | None
+
+
+def figures(snap: MetricsSnapshot, prev: MetricsSnapshot | None) -> EngineFigures:
+    kv_used = kv_total = 0
+    if snap.kv_total_tokens:
+        kv_total = snap.kv_total_tokens
+        kv_used = round((snap.kv_usage or 0.0) * kv_total)
+    elif snap.kv_usage is not None:
+        # only a fraction is known: report it on a 0..10000 scale so used / total is right
+        kv_total, kv_used = 10000, round(snap.kv_usage * 10000)
+    dt = snap.time - prev.time if prev is not None else 0.0
+    prompt_tps = (snap.prompt_tps if snap.prompt_tps is not None else
+                  rate(snap.prompt_tokens, prev.prompt_tokens if prev else None, dt)) or 0.0
+    gen_tps = (snap.generation_tps if snap.generation_tps is not None else
+               rate(snap.generation_tokens, prev.generation_tokens if prev else None, dt)) or 0.0
+    prefix = 0.0
+    if snap.prefix_hit_rate is not None:
+        prefix = snap.prefix_hit_rate
+    elif snap.prefix_hits is not None and snap.prefix_queries:
+        prefix = snap.prefix_hits / snap.prefix_queries
+    return EngineFigures(running=snap.running, waiting=snap.waiting, kv_used_tokens=kv_used,
+                         kv_total_tokens=kv_total, prompt_tps=prompt_tps,
+                         generation_tps=gen_tps, prefix_hit_rate=prefix,
+                         steps=int(snap.steps or 0), finished=snap.finished, failed=snap.failed)
