@@ -48,15 +48,23 @@ def key_file() -> Path:
 
 
 class ApiKeyStore:
-    """load() / save(key) / where(); `settings` (a QSettings) only for moving an old key out."""
+    """load() / save(key) / where(); `settings` (a QSettings) only for moving an old key out.
+    `account` and `path` name another key (a remembered server's: console/servers.py); the
+    defaults are the Server page's own."""
 
-    def __init__(self, settings=None, backend=None):
+    def __init__(self, settings=None, backend=None, account: str = ACCOUNT,
+                 path: Path | None = None):
         self.settings = settings
         self.backend = backend if backend is not None else usable_keyring()
+        self.account = account
+        self._path = path
+
+    def _file(self) -> Path:
+        return self._path if self._path is not None else key_file()
 
     def where(self) -> str:
         return (f"system keyring ({type(self.backend).__name__})" if self.backend is not None
-                else f"{key_file()} (mode 0600)")
+                else f"{self._file()} (mode 0600)")
 
     def load(self) -> str:
         legacy = self._take_legacy()
@@ -65,12 +73,12 @@ class ApiKeyStore:
             return legacy
         if self.backend is not None:
             try:
-                return self.backend.get_password(SERVICE, ACCOUNT) or ""
+                return self.backend.get_password(SERVICE, self.account) or ""
             except Exception as exc:  # noqa: BLE001 - a locked or broken keyring
                 log.warning("could not read the API key from the keyring: %s", exc)
                 return ""
         try:
-            return key_file().read_text(encoding="utf-8").strip()
+            return self._file().read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             return ""
 
@@ -79,22 +87,22 @@ class ApiKeyStore:
         if self.backend is not None:
             try:
                 if key:
-                    self.backend.set_password(SERVICE, ACCOUNT, key)
+                    self.backend.set_password(SERVICE, self.account, key)
                 else:
                     self._delete_from_keyring()
                 return
             except Exception as exc:  # noqa: BLE001 - fall back to the private file
                 log.warning("could not store the API key in the keyring (%s); using %s",
-                            exc, key_file())
+                            exc, self._file())
                 self.backend = None
         if key:
-            atomic_write_text(key_file(), key + "\n", mode=0o600)
+            atomic_write_text(self._file(), key + "\n", mode=0o600)
         else:
-            key_file().unlink(missing_ok=True)
+            self._file().unlink(missing_ok=True)
 
     def _delete_from_keyring(self) -> None:
         try:
-            self.backend.delete_password(SERVICE, ACCOUNT)
+            self.backend.delete_password(SERVICE, self.account)
         except Exception as exc:  # noqa: BLE001 - usually: nothing stored, nothing to delete
             log.debug("no API key to delete from the keyring: %s", exc)
 

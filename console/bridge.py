@@ -102,12 +102,14 @@ class EngineBridge(QObject):
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, request) -> str:
-        """Stream `request`. The engine's cheap checks run here (EngineError subclasses are
-        raised at once: unknown model, bad parameter, stopped engine); rendering the chat
-        template and tokenizing run on the stream's own thread, never the GUI's, and a
-        refusal there (a prompt over the context) ends the stream with an error finish."""
-        engine = self.engine
+    def submit(self, request, engine=None) -> str:
+        """Stream `request` on `engine` (default: the console's own; a connected server's
+        RemoteEngine streams the same way). The engine's cheap checks run here (EngineError
+        subclasses are raised at once: unknown model, bad parameter, stopped engine);
+        rendering the chat template and tokenizing (for a server: the HTTP request) run on the
+        stream's own thread, never the GUI's, and a refusal there (a prompt over the context,
+        a server gone) ends the stream with an error finish."""
+        engine = engine if engine is not None else self.engine
         if engine is None:
             from npu_console.engine.runtime.types import NoModelLoadedError
 

@@ -1,5 +1,5 @@
 """Everything pages share: settings, the bridge, the engine host, telemetry control, the API
-server service."""
+server service, the attached servers (remote)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import time
 from npu_console.console.api_key_store import ApiKeyStore
 from npu_console.console.bridge import EngineBridge
 from npu_console.console.engine_host import EngineHost
+from npu_console.console.fleet_control import FleetControl
+from npu_console.console.remote_host import RemoteHost
 from npu_console.console.server_service import ServerService
 from npu_console.console.telemetry_control import TelemetryControl
 from PySide6.QtCore import QObject, Signal
@@ -29,6 +31,14 @@ class ConsoleContext(QObject):
         # the API server, its key (the keyring or a 0600 file, never the INI) and queue limit
         self.server = ServerService(lambda: self.bridge.engine, ApiKeyStore(settings),
                                     lambda: self.telemetry.poller)
+        # the servers attached with File > Connect to server; `engines` is every engine the
+        # pages can target (this console's and each server's)
+        self.remote = RemoteHost(settings, lambda: self.bridge.engine,
+                                 fleet=lambda: getattr(self, "fleet", None), parent=self)
+        self.engines = self.remote.engines
+        # every attached server watched at once for the dashboard's host cards (add_server /
+        # remove_server; its polling threads never block the window)
+        self.fleet = FleetControl(self)
         self._shut = False
 
     def _engine_stats(self):
@@ -45,8 +55,10 @@ class ConsoleContext(QObject):
             return 0.0
         self._shut = True
         t0 = time.monotonic()
+        self.fleet.close()
         self.engine_host.shutdown()
         self.bridge.shutdown(timeout)
+        self.remote.shutdown()
         elapsed = time.monotonic() - t0
         lingering = [t.name for t in threading.enumerate()
                      if t.is_alive() and not t.daemon and t is not threading.main_thread()]

@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         old = self.stack.currentWidget()
         if isinstance(old, Page) and old is not self.pages[row]:
             old.deactivated()
+        self.ctx.remote.set_focus(None)  # this console's numbers, unless the page names a server
         self.stack.setCurrentIndex(row)
         self.pages[row].activated()
         self.ctx.settings.setValue("window/page", self.pages[row].page_id)
@@ -115,6 +116,8 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.server_lamp)
         bar.addPermanentWidget(self.server_label)
         self.ctx.bridge.stats.connect(self._on_stats)
+        self.ctx.remote.focus_changed.connect(lambda _t: self._show_remote_source())
+        self.ctx.remote.changed.connect(self._show_remote_source)
         self.ctx.engine_host.models_changed.connect(self._on_models)
         self.ctx.engine_host.device_changed.connect(
             lambda text: self.device_label.setText(f"device: {text}"))
@@ -147,13 +150,37 @@ class MainWindow(QMainWindow):
         return text
 
     def _on_stats(self, stats) -> None:
-        state = stats.state if not stats.loading else f"loading {stats.loading}"
-        self.engine_label.setText(f"engine: {state}")
         if stats.state == "error":
             self.crash_banner.show_crash(stats.last_error or "")
         elif stats.state != "stopped":
             self.crash_banner.clear()
+        self._local_stats = stats
+        if not self.ctx.remote.focus_text():  # else a server's numbers are on show
+            self._show_local(stats)
+
+    _local_stats = None
+
+    def _show_local(self, stats) -> None:
+        state = stats.state if not stats.loading else f"loading {stats.loading}"
+        self.engine_label.setText(f"engine: {state}")
         self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}")
+
+    def _show_remote_source(self) -> None:
+        """When the page on show works on a connected server, its state and queue are in the
+        status bar ("engine: 10.0.0.5:8000 · ready") instead of this console's."""
+        text = self.ctx.remote.focus_text()
+        if not text:
+            if self._local_stats is not None:
+                self._show_local(self._local_stats)
+            elif self.engine_label.text().startswith("engine: ") and " · " in \
+                    self.engine_label.text():
+                self.engine_label.setText("engine: not started")
+            return
+        self.engine_label.setText(text)
+        conn = self.ctx.engines.get(self.ctx.remote.focus)
+        stats = conn.stats if conn is not None else None
+        self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}"
+                                 if stats is not None else "running – · queue –")
 
     def _on_models(self, models) -> None:
         if not models:
@@ -176,6 +203,10 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
+        from npu_console.console.widgets.servers_menu import add_server_actions
+
+        self.connect_action, self.servers_menu = add_server_actions(file_menu, self)
+        file_menu.addSeparator()
         quit_action = file_menu.addAction("Quit")
         quit_action.setShortcut(QKeySequence.Quit)
         quit_action.triggered.connect(self.close)

@@ -1,5 +1,6 @@
 """Benchmark: an offline batch sweep of a loaded model and serving runs against this console's
-server or any OpenAI-compatible URL, with plots, a results history and CSV / JSON / PNG export.
+server, a connected server or any OpenAI-compatible URL, with plots, a results history and
+CSV / JSON / PNG export.
 
 Both benchmarks are engine.bench functions run as BackgroundJobs: the sweep builds its own
 engine over a fresh copy of the model (so its numbers are not mixed with Chat traffic), the
@@ -33,6 +34,7 @@ from npu_console.console.pages.bench_store import (
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.bars import BarChart, radio_style
 from npu_console.console.widgets.basic import card, muted, page_title
+from npu_console.console.widgets.bench_target import ServingTarget
 from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -198,25 +200,12 @@ class BenchmarkPage(Page):
     def _build_serving(self) -> QWidget:
         w = QWidget()
         form = QFormLayout(w)
-        self.target_local = QRadioButton("This console's server")
-        self.target_url = QRadioButton("URL")
-        self.target_local.setChecked(True)
-        group = QButtonGroup(w)
-        group.addButton(self.target_local)
-        group.addButton(self.target_url)
-        self.url_edit = QLineEdit()
-        self.url_edit.setPlaceholderText("http://host:8000 (any OpenAI-compatible server)")
-        self.url_edit.textChanged.connect(lambda t: t and self.target_url.setChecked(True))
-        trow = QHBoxLayout()
-        trow.addWidget(self.target_local)
-        trow.addWidget(self.target_url)
-        trow.addStretch(1)
-        form.addRow("Target", trow)
-        form.addRow("", self.url_edit)
-        self.key_edit = QLineEdit()
-        self.key_edit.setEchoMode(QLineEdit.Password)
-        self.key_edit.setPlaceholderText("API key, if the server needs one")
-        form.addRow("API key", self.key_edit)
+        # this console's server, a connected one (File > Connect to server) or a URL
+        self.target = ServingTarget(self.ctx)
+        form.addRow("Target", self.target)
+        t = self.target
+        self.target_local, self.target_server, self.target_url = t.local, t.server, t.url
+        self.server_box, self.url_edit, self.key_edit = t.server_box, t.url_edit, t.key_edit
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("first model the server lists")
         form.addRow("Model", self.model_edit)
@@ -351,18 +340,7 @@ class BenchmarkPage(Page):
         return offline_work(opts, self.model_box.currentText()), "offline"
 
     def _serving_job(self):
-        if self.target_local.isChecked():
-            server = self.ctx.server  # the service, not the Server page
-            if not server.running() or not server.url:
-                raise ValueError("This console's server is not running: start it on the Server "
-                                 "page, or choose a URL.")
-            url = server.url
-            key = server.key()
-        else:
-            url = self.url_edit.text().strip()
-            if not url.startswith(("http://", "https://")):
-                raise ValueError("Enter the server's URL, starting with http:// or https://")
-            key = self.key_edit.text().strip() or None
+        url, key = self.target.resolve()
         slo = {"ttft_ms": self.slo_ttft.value() or None,
                "tpot_ms": self.slo_tpot.value() or None}
         opts = {"base_url": url, "model": self.model_edit.text().strip() or None, "api_key": key,

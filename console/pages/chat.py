@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from npu_console.console.chat_session import ChatSession, reply_stats
 from npu_console.console.chat_store import Message, export
+from npu_console.console.engines import LOCAL
 from npu_console.console.pages.base import Page
 from npu_console.console.widgets.basic import card, muted, page_title
 from npu_console.console.widgets.chat_view import ChatInput, Transcript
@@ -50,7 +51,8 @@ class ChatPage(Page):
         super().__init__(ctx, parent)
         self.session = ChatSession()  # the Qt-free model: the conversation, its store, requests
         self.live: dict[str, _Live] = {}
-        self.models: list = []
+        self.models: list = []  # the console's own (ModelInfo)
+        self.choices: list = []  # what the model boxes offer (ModelChoice), servers' too
         root = QHBoxLayout(self)
         root.setContentsMargins(16, 12, 16, 12)
         split = QSplitter(Qt.Horizontal)
@@ -169,20 +171,26 @@ class ChatPage(Page):
         bridge.tokens.connect(self.on_tokens)
         bridge.finished.connect(self.on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
+        ctx.remote.changed.connect(self._servers_changed)  # a server's models are offered too
         self.model_a.currentTextChanged.connect(lambda _name: self._update_context())
+        self.model_a.currentIndexChanged.connect(lambda _i: self._show_source())
         self.refresh_list()
         self._update_buttons()
 
     # ------------------------------------------------------------------ models
 
     def set_models(self, models) -> None:
+        """`models`: the console's own; each connected server's follow, labelled with its host
+        (a box's item data is its ModelChoice: the engine and the model name)."""
         self.models = list(models)
-        names = [m.name for m in self.models]
+        self.choices = self.ctx.engines.choices(self.models)
+        names = [c.label for c in self.choices]
         for box, fallback in ((self.model_a, 0), (self.model_b, 1)):
             cur = box.currentText()
             box.blockSignals(True)
             box.clear()
-            box.addItems(names)
+            for c in self.choices:
+                box.addItem(c.label, c)
             if cur in names:
                 box.setCurrentText(cur)
             elif names:
@@ -202,8 +210,17 @@ class ChatPage(Page):
     def store(self):
         return self.session.store
 
-    def _model_info(self, name: str | None):
-        return next((m for m in self.models if m.name == name), None)
+    def _servers_changed(self) -> None:
+        if [c.label for c in self.ctx.engines.choices(self.models)] != \
+                [c.label for c in self.choices]:
+            self.set_models(self.models)
+
+    def _model_info(self, label: str | None):
+        return next((c.info for c in self.choices if c.label == label), None)
+
+    def choice(self, box: QComboBox):
+        """The ModelChoice a model box has selected (None when it is empty)."""
+        return box.currentData()
 
     def set_ab(self, on: bool) -> None:
         self.model_b.setEnabled(on)
@@ -245,13 +262,21 @@ class ChatPage(Page):
         except ValueError as exc:
             self.error_label.setText(str(exc))
             return []
-        models = [box.currentText() or None for box in (self.model_a, self.model_b)]
+        picked = [self.choice(box) for box in (self.model_a, self.model_b)]
+        models = [c.model if c else None for c in picked]
         ids = []
         for i, reply, request in self.session.turn_requests(self.sampling.values(), params,
                                                              models):
             pane = self.conv.panes[i]
+            target = picked[i].target if picked[i] else LOCAL
+            if target != LOCAL:
+                reply.model = picked[i].label  # the bubble says which server answered
             try:
-                rid = self.ctx.bridge.submit(request)
+                engine = self.ctx.engines.engine_for(target)
+                if engine is None:
+                    raise EngineError(f"{self.ctx.engines.label_for(target)} is no longer "
+                                      "connected: pick another model")
+                rid = self.ctx.bridge.submit(request, engine=engine)
             except EngineError as exc:
                 reply.stats = {"finish": "error", "error": exc.message}
                 pane.messages.append(reply)
@@ -292,7 +317,10 @@ class ChatPage(Page):
         if live is None:
             return
         live.message.stats = reply_stats(fin)
-        live.message.model = fin.model or live.message.model
+        if not (live.message.model or "").startswith(f"{fin.model} @ "):
+            live.message.model = fin.model or live.message.model
+        if fin.error:
+            self.error_label.setText(fin.error)
         live.bubble.render()
         if live.pane == 0:
             self._last_usage = fin.usage.total_tokens
@@ -410,14 +438,21 @@ class ChatPage(Page):
 
     def _update_buttons(self) -> None:
         busy = self.busy()
-        has_model = bool(self.models)
+        has_model = bool(self.choices)
         self.send_btn.setEnabled(not busy and has_model)
         self.stop_btn.setEnabled(busy)
         self.regen_btn.setEnabled(not busy and has_model and not self.conv.empty)
 
     def activated(self) -> None:
         self.set_models(self.ctx.engine_host.models())
+        self._show_source()
         self.input.setFocus()
+
+    def _show_source(self) -> None:
+        """The status bar names the engine model A runs on."""
+        if self.isVisible():
+            choice = self.choice(self.model_a)
+            self.ctx.remote.set_focus(choice.target if choice else LOCAL)
 
     def shutdown(self) -> None:
         self.stop()

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import time
 
+from npu_console.console.engines import LOCAL
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.server_snippets import snippets
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.basic import Lamp, card, muted, page_title
+from npu_console.console.widgets.remote_server import RemoteServerView
+from npu_console.console.widgets.server_advanced import ServerAdvanced
 from npu_console.engine.api.ports import port_problem
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QComboBox,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
@@ -57,6 +61,12 @@ class ServerPage(Page):
         root.setSpacing(10)
         head = QHBoxLayout()
         head.addWidget(page_title("Server"))
+        head.addSpacing(12)
+        # this console's own server, or a connected one shown read-only
+        self.server_pick = QComboBox()
+        self.server_pick.addItem("This console", LOCAL)
+        self.server_pick.setMinimumWidth(160)
+        head.addWidget(self.server_pick)
         head.addSpacing(12)
         self.lamp = Lamp("off")
         head.addWidget(self.lamp)
@@ -137,6 +147,8 @@ class ServerPage(Page):
         self.autostart.toggled.connect(lambda on: s.setValue("server/autostart", on))
         form.addRow("", self.autostart)
         cv.addLayout(form)
+        self.advanced = ServerAdvanced(s)  # serve's hardening options, folded away
+        cv.addWidget(self.advanced)
         cv.addStretch(1)
         top.addWidget(conf, 1)
 
@@ -195,6 +207,13 @@ class ServerPage(Page):
         self.log_empty = muted("Requests to the API appear here as they finish.")
         lv.addWidget(self.log_empty)
         root.addWidget(logc, 1)
+        self.remote_view = RemoteServerView()
+        self.remote_view.hide()
+        root.addWidget(self.remote_view, 1)
+        self._local_parts = [self.lamp, self.state_label, self.url_label, self.switch, conf, snip,
+                             logc]
+        self.server_pick.currentIndexChanged.connect(lambda _i: self._show_pick())
+        ctx.remote.changed.connect(self._servers_changed)
 
         self.lan.toggled.connect(self._settings_changed)
         self.api_key.textChanged.connect(self.service.set_key)
@@ -257,6 +276,7 @@ class ServerPage(Page):
         self.service.set_key(self.api_key.text(), save=True)
         s.setValue("server/cors", self.cors.text().strip())
         s.setValue("server/max_queue", self.max_queue.value())
+        self.advanced.save()
 
     # ------------------------------------------------------------------ snippets
 
@@ -306,7 +326,8 @@ class ServerPage(Page):
         self._save_settings()
         self.apply_queue_limit()
         problem = self.service.start(self.host(), self.port.value(), self.cors.text(),
-                                     lambda url, error: self._op_done.emit("start", url, error))
+                                     lambda url, error: self._op_done.emit("start", url, error),
+                                     self.advanced.options())
         if problem:
             self._show_error(problem)
             return False
@@ -332,6 +353,7 @@ class ServerPage(Page):
         self._busy = busy
         for w in (self.lan, self.port, self.api_key, self.gen_key, self.cors):
             w.setEnabled(not busy and not self.running())
+        self.advanced.set_editable(not busy and not self.running())
         self.switch.setEnabled(not busy)
         if busy:
             self._set_state("busy", text)
@@ -378,6 +400,42 @@ class ServerPage(Page):
         self.apply_queue_limit()
         if self.autostart.isChecked() and not self.running():
             self.start()
+
+    # ------------------------------------------------------------------ connected servers
+
+    def _servers_changed(self) -> None:
+        box = self.server_pick
+        conns = self.ctx.remote.connections()
+        if [c.url for c in conns] != [box.itemData(i) for i in range(1, box.count())]:
+            current = box.currentData()
+            box.blockSignals(True)
+            while box.count() > 1:
+                box.removeItem(1)
+            for c in conns:
+                box.addItem(c.label, c.url)
+            box.setCurrentIndex(max(0, box.findData(current)))
+            box.blockSignals(False)
+        self._show_pick()
+
+    def select_server(self, url: str | None) -> None:
+        """Show this console's server (None) or a connected one's state."""
+        i = self.server_pick.findData(url or LOCAL)
+        if i < 0:
+            raise ValueError(f"{url} is not connected")
+        self.server_pick.setCurrentIndex(i)
+
+    def _show_pick(self) -> None:
+        conn = self.ctx.engines.get(self.server_pick.currentData() or "")
+        for w in self._local_parts:
+            w.setVisible(conn is None)
+        self.remote_view.setVisible(conn is not None)
+        if conn is not None:
+            self.remote_view.show_connection(conn)
+        if self.isVisible():
+            self.ctx.remote.set_focus(conn.url if conn is not None else None)
+
+    def activated(self) -> None:
+        self._show_pick()
 
     # ------------------------------------------------------------------ request log
 
