@@ -7,17 +7,39 @@ caller; `on_done(url, error)` is called on that thread when they end."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from npu_console.console.threads import start_thread
+from npu_console.engine.api.settings import ApiSettings, parse_hosts
 
 log = logging.getLogger(__name__)
 
 LOG_ROWS = 500
 Done = Callable[[str, str], None]  # (url or "", error or "")
+
+
+@dataclass(frozen=True)
+class AdvancedOptions:
+    """The API hardening options `serve` takes on its command line, as the Server page's
+    Advanced group sets them; the defaults are ApiSettings' own (serve's defaults)."""
+
+    allowed_hosts: str = ""  # as --allowed-hosts: comma-separated names, "*" for any
+    request_timeout_s: float = ApiSettings.request_timeout_s  # --request-timeout (0: none)
+    header_timeout_s: float = ApiSettings.header_timeout_s  # --header-timeout
+    body_timeout_s: float = ApiSettings.body_timeout_s  # --body-timeout
+    limit_concurrency: int = ApiSettings.limit_concurrency  # --limit-concurrency
+    expose_paths: bool = ApiSettings.expose_paths  # --expose-paths
+
+    def settings_kw(self) -> dict[str, Any]:
+        """The ApiSettings fields, named and parsed as serve passes them."""
+        kw = dataclasses.asdict(self)
+        kw["allowed_hosts"] = parse_hosts(self.allowed_hosts)
+        return kw
 
 
 class ServerService:
@@ -82,12 +104,15 @@ class ServerService:
             return "Listening on the network needs an API key: press Generate."
         return None
 
-    def start(self, host: str, port: int, cors: str, on_done: Done) -> str | None:
-        """Start on a worker thread; a reason (and nothing started) when it cannot."""
+    def start(self, host: str, port: int, cors: str, on_done: Done,
+              options: AdvancedOptions | None = None) -> str | None:
+        """Start on a worker thread; a reason (and nothing started) when it cannot. `options`
+        apply from this start until the server stops."""
         problem = self.start_problem(host)
         if problem:
             return problem
         engine, key, poller = self._engine(), self.key(), self._poller()
+        extra = (options or AdvancedOptions()).settings_kw()
         self._busy = True
 
         def work():
@@ -105,7 +130,7 @@ class ServerService:
                     self.controller = ServerController(engine, request_log=self.request_log,
                                                        telemetry_poller=poller)
                 url = self.controller.start(host, port, api_key=key,
-                                            cors_origins=parse_origins(cors))
+                                            cors_origins=parse_origins(cors), **extra)
             except Exception as exc:  # noqa: BLE001 - shown as one line on the page
                 self._done(on_done, "", str(exc).splitlines()[0] or type(exc).__name__)
             else:

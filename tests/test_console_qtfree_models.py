@@ -16,7 +16,7 @@ from npu_console.console.bench_history import (
 from npu_console.console.chat_session import ChatSession, reply_stats
 from npu_console.console.chat_store import ChatStore
 from npu_console.console.pages.bench_store import BenchRecord, BenchStore
-from npu_console.console.server_service import ServerService
+from npu_console.console.server_service import AdvancedOptions, ServerService
 
 
 class _Keys:
@@ -65,6 +65,23 @@ def test_server_service_owns_key_limit_and_refusals():
     svc.set_queue_limit(7)
     assert engine.limit == 7
     assert svc.stop(lambda u, e: None) is False  # not running
+
+
+def test_advanced_options_reach_the_server_as_serve_passes_them():
+    """The Server page's Advanced group and `serve`'s command line give the API the same
+    settings: the same defaults, the same parsing of the host list."""
+    from npu_console.engine.cli.main import build_parser
+    from npu_console.engine.cli.serve_cmd import _hardening
+
+    def serve(*flags):
+        return _hardening(build_parser().parse_args(["serve", "--model", "m", *flags]))
+
+    assert AdvancedOptions().settings_kw() == serve()
+    assert AdvancedOptions("api.example, [::1], Other.Example", 5.0, 2.5, 7.0, 64, True
+                           ).settings_kw() == serve(
+        "--allowed-hosts", "api.example, [::1], Other.Example", "--request-timeout", "5",
+        "--header-timeout", "2.5", "--body-timeout", "7", "--limit-concurrency", "64",
+        "--expose-paths")
 
 
 def test_server_service_starts_and_stops_on_its_own_thread(stories_dir):

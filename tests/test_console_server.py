@@ -11,7 +11,10 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 openai = pytest.importorskip("openai")
 
+import httpx
+from npu_console.console.server_service import AdvancedOptions
 from npu_console.console.testing import window_with_models
+from npu_console.console.widgets.server_advanced import ServerAdvanced
 from PySide6.QtCore import Qt
 
 WAIT_MS = 90_000
@@ -39,6 +42,7 @@ def page(window, qtbot):
         qtbot.waitUntil(lambda: not p.running() and not p.busy(), timeout=WAIT_MS)
     p.lan.setChecked(False)
     p.api_key.setText("")
+    p.advanced.set_options(AdvancedOptions())
     return p
 
 
@@ -118,3 +122,50 @@ def test_lan_needs_an_api_key(page, window):
     page.autostart.setChecked(True)
     assert window.ctx.settings.value("server/autostart", type=bool) is True
     page.autostart.setChecked(False)
+
+
+def _start(page, qtbot) -> None:
+    page.port.setValue(free_port())
+    assert page.start()
+    qtbot.waitUntil(lambda: page.running() and not page.busy(), timeout=WAIT_MS)
+
+
+def _stop(page, qtbot) -> None:
+    assert page.stop()
+    qtbot.waitUntil(lambda: not page.running() and not page.busy(), timeout=WAIT_MS)
+
+
+def test_advanced_options_reach_the_server_and_are_kept(window, page, qtbot, stories_dir):
+    """Allowed hosts, the request timeout and --expose-paths set in the Advanced group apply to
+    the server the page starts next, and are kept in the settings."""
+    adv = page.advanced
+
+    def get_models(host: str) -> httpx.Response:
+        return httpx.get(page.url + "/v1/models", headers={"Host": host}, timeout=30)
+
+    _start(page, qtbot)  # serve's defaults: loopback names only, no paths
+    assert get_models("api.example").status_code == 400
+    assert get_models("localhost").json()["data"][0]["root"] == "stories"
+    _stop(page, qtbot)
+
+    adv.set_expanded(True)
+    adv.allowed_hosts.setText("api.example, Other.Example")
+    adv.request_timeout.setValue(0.1)
+    adv.expose_paths.setChecked(True)
+    _start(page, qtbot)
+    try:
+        assert not adv.body.isEnabled() and "stop it" in adv.note.text()  # read-only meanwhile
+        assert get_models("evil.example").status_code == 400
+        for host in ("api.example", "other.example", "localhost"):
+            assert get_models(host).status_code == 200, host
+        root = get_models("api.example").json()["data"][0]["root"]
+        assert root != "stories" and root.endswith("stories260K")
+        r = httpx.post(page.url + "/v1/completions", timeout=60, json={
+            "prompt": "Once upon a time", "max_tokens": 400, "n": 8, "ignore_eos": True})
+        assert r.status_code == 504 and r.json()["error"]["code"] == "request_timeout"
+    finally:
+        _stop(page, qtbot)
+    assert adv.body.isEnabled()
+    kept = ServerAdvanced(window.ctx.settings).options()
+    assert kept == adv.options() and kept.allowed_hosts == "api.example, Other.Example"
+    assert kept.request_timeout_s == 0.1 and kept.expose_paths
