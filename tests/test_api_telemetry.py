@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import re
-import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +13,7 @@ import time
 
 import httpx
 import pytest
+from support.serve import Serve
 
 KEY = "t3lemetry-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -33,48 +31,6 @@ PROCESS_FIELDS = ("npu_id", "chip_id", "pid", "name", "memory_mb")
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, check=False)
-
-
-class Serve:
-    """`npu-console serve` as a child process; stderr drained on a thread once it listens."""
-
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--port", "0", "--threads", "1",
-             "--log-level", "warning", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-        self.lines: list[str] = []
-        self.url = self._wait_for_url()
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _wait_for_url(self, timeout: float = 240.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            self.lines.append(line)
-            m = re.search(r" at (http://\S+)/v1", line)
-            if m:
-                return m.group(1)
-        raise AssertionError(f"serve did not start: {''.join(self.lines)[-2000:]}")
-
-    def _drain(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")

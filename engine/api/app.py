@@ -17,6 +17,7 @@ from npu_console.engine.api.middleware import (
     RequestLogMiddleware,
 )
 from npu_console.engine.api.request_log import RequestLog
+from npu_console.engine.api.routes_admin import router as admin_router
 from npu_console.engine.api.routes_misc import router as misc_router
 from npu_console.engine.api.routes_openai import router as openai_router
 from npu_console.engine.api.routes_telemetry import TelemetryStreams
@@ -48,6 +49,14 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
     app.include_router(openai_router)
     app.include_router(misc_router)
     app.include_router(telemetry_router)
+    # the admin routes always answer (403 when off, saying how to turn them on), but only a
+    # server that allows them lists them in its schema
+    app.include_router(admin_router, include_in_schema=settings.allow_admin)
+    app.state.admin = None
+    if settings.allow_admin:
+        from npu_console.engine.api.admin_service import AdminService
+
+        app.state.admin = AdminService(engine, settings.model_roots, settings.output_root)
     # added innermost first: CORS (outermost) answers preflights before auth, the log sees
     # every answer including 400 (foreign Host), 401 and 413, auth runs before a body is
     # read, and a full queue answers 429 before any parsing

@@ -173,6 +173,11 @@ class ServerController:
             server.should_exit = True
             # telemetry streams never end on their own: end them now, not after the grace
             self._app.state.telemetry_streams.close_all()
+            # admin jobs are cancelled (a quantization removes its output) and their event
+            # streams end with the final state
+            admin = getattr(self._app.state, "admin", None)
+            if admin is not None:
+                admin.close()
             thread.join(max(0.0, grace_s))
             if thread.is_alive():
                 cancelled = self._app.state.ctx.cancel_all()

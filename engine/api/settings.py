@@ -62,6 +62,11 @@ class ApiSettings:
     limit_concurrency: int = 1024  # open connections + requests beyond which uvicorn says 503
     header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
     body_timeout_s: float = 30.0  # a request body that stalls this long gets 408
+    # /v1/admin (routes_admin.py): off unless asked for; clients name models only by paths
+    # relative to these roots, and quantize writes only under output_root
+    allow_admin: bool = False
+    model_roots: tuple[str, ...] = ()
+    output_root: str | None = None  # None: state_dir()/quantized, as the wizard's runs
 
     def host_allowed(self, host: str) -> bool:
         """Whether a request with this Host header (port and brackets stripped) is served."""
@@ -90,3 +95,6 @@ class ApiSettings:
             raise UnsafeSettingsError("limit_concurrency must be at least 1")
         if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
             raise UnsafeSettingsError("the header and body read timeouts must be positive")
+        if self.allow_admin and not self.model_roots:
+            raise UnsafeSettingsError("--allow-admin needs at least one --model-root DIR: the "
+                                      "folders whose models clients may list, load and quantize")

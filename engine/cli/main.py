@@ -26,6 +26,7 @@ COMMANDS = [
     "quantize",
     "eval",
     "bench",
+    "remote",
 ]
 
 

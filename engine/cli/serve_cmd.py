@@ -10,6 +10,7 @@ import threading
 
 from npu_console.engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
 from npu_console.engine.cli.errors import CliError
+from npu_console.engine.cli.serve_admin import add_admin_args, admin_settings, warn_if_open
 from npu_console.engine.cli.serve_telemetry import (
     add_telemetry_args,
     check_telemetry_args,
@@ -22,7 +23,10 @@ API_KEY_ENV = "NPU_CONSOLE_API_KEY"
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve the OpenAI-compatible HTTP API (headless)",
                        description="Load --model and serve /v1/chat/completions, /v1/completions, "
-                                   "/v1/models, /health and /metrics until Ctrl-C or SIGTERM.")
+                                   "/v1/models, /health, /metrics and /v1/telemetry until Ctrl-C "
+                                   "or SIGTERM; with --allow-admin also /v1/admin (list, load and "
+                                   "unload models under --model-root, quantize into "
+                                   "--output-root, follow and cancel those jobs).")
     add_model_args(p)
     p.add_argument("--name", default=None, help="model id clients use (default: folder name)")
     p.add_argument("--quant", default=None, choices=["w8a16", "w8a8-dynamic"],
@@ -74,6 +78,7 @@ def register(sub) -> None:
                    help="answer 408 to a request body that stalls this long (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_telemetry_args(p)
+    add_admin_args(p)
     p.set_defaults(func=run)
 
 
@@ -96,7 +101,8 @@ def _check_args(args) -> None:
     try:
         ApiSettings(host=args.host, port=args.port, api_key=args.api_key,
                     cors_origins=parse_origins(args.cors),
-                    max_body_bytes=args.max_body_bytes, **_hardening(args)).check_safe()
+                    max_body_bytes=args.max_body_bytes, **_hardening(args),
+                    **admin_settings(args)).check_safe()
     except UnsafeSettingsError as exc:
         raise CliError(str(exc)) from None
 
@@ -116,7 +122,7 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
 
     from npu_console.engine.api import ServerController
-    from npu_console.engine.api.settings import parse_origins
+    from npu_console.engine.api.settings import UnsafeSettingsError, parse_origins
     from npu_console.engine.runtime.config import EngineConfig
     from npu_console.engine.runtime.engine import LocalEngine
     from npu_console.engine.runtime.types import EngineError
@@ -154,9 +160,10 @@ def run(args) -> int:
                                    log_prompts=args.log_prompts, log_level=args.log_level,
                                    stream_interval_ms=args.stream_interval_ms,
                                    model_defaults=args.generation_config == "auto",
-                                   **_hardening(args))
-        except ServerStartError as exc:
+                                   **_hardening(args), **admin_settings(args))
+        except (ServerStartError, UnsafeSettingsError) as exc:
             raise CliError(str(exc)) from None
+        warn_if_open(args)
         print(f"serving {info.name} ({info.architecture}, {info.dtype} on {info.device}) at "
               f"{url}/v1  -  Ctrl-C to stop", file=sys.stderr, flush=True)
         try:

@@ -1,0 +1,55 @@
+"""`npu-console serve` as a child process for the API tests: started on a free port, its URL read
+from the line it logs when it listens, the rest of its stderr kept (drained on a thread)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+class Serve:
+    """`npu-console serve --port 0 --threads 1 --log-level warning ARGS`."""
+
+    def __init__(self, *args: str, timeout: float = 240.0):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--port", "0",
+             "--threads", "1", "--log-level", "warning", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        self.lines: list[str] = []
+        self.url = self._wait_for_url(timeout)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _wait_for_url(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.lines.append(line)
+            m = re.search(r" at (http://\S+)/v1", line)
+            if m:
+                return m.group(1)
+        self.proc.kill()
+        raise AssertionError(f"serve did not start: {''.join(self.lines)[-2000:]}")
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
