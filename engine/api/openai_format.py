@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,22 +85,7 @@ def public_finish_reason(finish: FinishEvent | None) -> str | None:
 
 
 def chat_response(rid: str, model: str, results: list[ChoiceResult]) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [{
-            "index": r.index,
-            "message": chat_message(r),
-            "logprobs": None,
-            "finish_reason": public_finish_reason(r.finish),
-            "stop_reason": r.finish.stop_reason if r.finish else None,
-        } for r in results],
-        "usage": usage_dict(results),
-        "timings": timings_dict([r.finish for r in results if r.finish]),
-    }
+    return _response(rid, "chat.completion", model, results, "message", chat_message)
 
 
 def completion_response(rid: str, model: str, results: list[ChoiceResult],
@@ -108,15 +94,22 @@ def completion_response(rid: str, model: str, results: list[ChoiceResult],
         prefix = echo_prompts[r.prompt_index] if echo_prompts else ""
         return prefix + r.text
 
+    return _response(rid, "text_completion", model, results, "text", text)
+
+
+def _response(rid: str, obj: str, model: str, results: list[ChoiceResult], key: str,
+              content: Callable[[ChoiceResult], Any]) -> dict[str, Any]:
+    """The non-streaming body both endpoints share; a choice differs only in its `key`
+    ("message" for chat, "text" for completions) and what `content` gives for it."""
     return {
         "id": rid,
-        "object": "text_completion",
+        "object": obj,
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": None,
         "choices": [{
             "index": r.index,
-            "text": text(r),
+            key: content(r),
             "logprobs": None,
             "finish_reason": public_finish_reason(r.finish),
             "stop_reason": r.finish.stop_reason if r.finish else None,

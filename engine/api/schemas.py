@@ -97,6 +97,17 @@ class SamplingFields(BaseModel):
         )
 
 
+_NO_LOGPROBS = "logprobs are not supported by this server"
+
+
+def _refuse(*checks: tuple[str, Any, str]) -> None:
+    """The first (param, value, message) whose value is set is a 400 naming that param: the
+    OpenAI fields this server does not implement fail loudly instead of being ignored."""
+    for param, value, message in checks:
+        if value:
+            raise ApiError(400, message, param=param)
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -107,14 +118,11 @@ class ChatCompletionRequest(SamplingFields):
     response_format: dict[str, Any] | None = None
 
     def refuse_unsupported(self) -> None:
-        if self.logprobs:
-            raise ApiError(400, "logprobs are not supported by this server", param="logprobs")
-        if self.tools:
-            raise ApiError(400, "tools / function calling are not supported by this server",
-                           param="tools")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise ApiError(400, "only response_format {\"type\": \"text\"} is supported",
-                           param="response_format")
+        text_only = (self.response_format or {}).get("type", "text") == "text"
+        _refuse(("logprobs", self.logprobs, _NO_LOGPROBS),
+                ("tools", self.tools, "tools / function calling are not supported by this server"),
+                ("response_format", not text_only,
+                 "only response_format {\"type\": \"text\"} is supported"))
 
     def engine_messages(self) -> list[dict[str, str]]:
         """Messages as the chat template wants them: role + plain text content."""
@@ -146,14 +154,10 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=5)
 
     def refuse_unsupported(self) -> None:
-        if self.logprobs:
-            raise ApiError(400, "logprobs are not supported by this server", param="logprobs")
-        if self.suffix:
-            raise ApiError(400, "suffix (insertion) is not supported by this server",
-                           param="suffix")
-        if self.best_of is not None and self.best_of != self.n:
-            raise ApiError(400, "best_of is not supported (leave it unset or equal to n)",
-                           param="best_of")
+        _refuse(("logprobs", self.logprobs, _NO_LOGPROBS),
+                ("suffix", self.suffix, "suffix (insertion) is not supported by this server"),
+                ("best_of", self.best_of not in (None, self.n),
+                 "best_of is not supported (leave it unset or equal to n)"))
 
     def prompts(self) -> list[str | list[int]]:
         """The batch of prompts: text, or token ids."""

@@ -153,7 +153,7 @@ def _emit(result, args) -> int:
 
 
 def run_offline(args) -> int:
-    from npu_console.engine.bench import BenchError, OfflineConfig, run_offline_sweep
+    from npu_console.engine.bench import OfflineConfig, run_offline_sweep
     from npu_console.engine.cli.common import resolve_device_dtype
 
     device, dtype = resolve_device_dtype(args)
@@ -161,20 +161,11 @@ def run_offline(args) -> int:
                         batch_sizes=_batch_sizes(args.batch_sizes), input_len=args.input_len,
                         output_len=args.output_len, seed=args.seed,
                         bandwidth_gbps=args.bandwidth, num_threads=args.threads)
-    cancel = threading.Event()
-    progress = _StderrProgress()
-    try:
-        with _ctrl_c_sets(cancel):
-            result = run_offline_sweep(cfg, progress=progress, cancel=cancel)
-    except BenchError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        progress.close()
-    return _emit(result, args)
+    return _run(run_offline_sweep, cfg, args)
 
 
 def run_serve(args) -> int:
-    from npu_console.engine.bench import SLO, BenchError, ServingConfig, run_serving_benchmark
+    from npu_console.engine.bench import SLO, ServingConfig, run_serving_benchmark
 
     if args.concurrency is None and args.rate is None:
         raise CliError("give --concurrency N, --rate R, or both")
@@ -185,11 +176,18 @@ def run_serve(args) -> int:
         dataset=args.dataset, tokenizer=args.tokenizer, seed=args.seed,
         slo=SLO(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2el_ms),
         ignore_eos=not args.no_ignore_eos, timeout_s=args.timeout)
+    return _run(run_serving_benchmark, cfg, args)
+
+
+def _run(bench, cfg, args) -> int:
+    """Either benchmark with progress on stderr and Ctrl-C as its cancel; its result printed."""
+    from npu_console.engine.bench import BenchError
+
     cancel = threading.Event()
     progress = _StderrProgress()
     try:
         with _ctrl_c_sets(cancel):
-            result = run_serving_benchmark(cfg, progress=progress, cancel=cancel)
+            result = bench(cfg, progress=progress, cancel=cancel)
     except BenchError as exc:
         raise CliError(str(exc)) from None
     finally:

@@ -18,41 +18,39 @@ CALIBRATION_CHARS = 300_000
 HELDOUT_CHARS = 200_000
 
 
-@torch.no_grad()
 def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
     """Greedy continuations of the card's prompts, computed with the trained weights in memory."""
-    from npu_console.engine.demo.chat import BOS, EOS
+    from npu_console.engine.demo.chat import BOS
 
-    model.eval()
-    out = []
-    for prompt in SAMPLE_PROMPTS:
-        ids = torch.tensor([[tok.token_to_id(BOS), *tok.encode(prompt, add_special_tokens=False).ids]])
-        gen = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-            do_sample=False, repetition_penalty=1.2, eos_token_id=tok.token_to_id(EOS),
-            pad_token_id=tok.token_to_id(EOS),
-        )
-        out.append((prompt, tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)))
-    return out
+    return [(prompt, _greedy(model, tok, [tok.token_to_id(BOS), *_ids(tok, prompt)],
+                             max_new_tokens)) for prompt in SAMPLE_PROMPTS]
+
+
+def sample_chats(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
+    """Greedy replies to a few questions, laid out exactly as the chat template renders them."""
+    from npu_console.engine.demo.chat import render
+
+    return [(q, _greedy(model, tok, _ids(tok, render([{"role": "user", "content": q}],
+                                                     add_generation_prompt=True)),
+                        max_new_tokens)) for q in CHAT_QUESTIONS]
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
 
 
 @torch.no_grad()
-def sample_chats(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
-    """Greedy replies to a few questions, laid out exactly as the chat template renders them."""
-    from npu_console.engine.demo.chat import EOS, render
+def _greedy(model, tok, prompt_ids: list[int], max_new_tokens: int) -> str:
+    from npu_console.engine.demo.chat import EOS
 
     model.eval()
-    out = []
-    for question in CHAT_QUESTIONS:
-        text = render([{"role": "user", "content": question}], add_generation_prompt=True)
-        ids = torch.tensor([tok.encode(text, add_special_tokens=False).ids])
-        gen = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-            do_sample=False, repetition_penalty=1.2, eos_token_id=tok.token_to_id(EOS),
-            pad_token_id=tok.token_to_id(EOS),
-        )
-        out.append((question, tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)))
-    return out
+    ids = torch.tensor([prompt_ids])
+    gen = model.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+        do_sample=False, repetition_penalty=1.2, eos_token_id=tok.token_to_id(EOS),
+        pad_token_id=tok.token_to_id(EOS),
+    )
+    return tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
 
 
 def write_model_card(

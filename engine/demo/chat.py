@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 BOS = "<|bos|>"
 EOS = "<|eos|>"
@@ -38,13 +39,17 @@ _QUESTIONS = (
 )
 
 
-def render(messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
-    """Same output as CHAT_TEMPLATE; used to build training text without a tokenizer object."""
+def render(messages: list[dict[str, str]], add_generation_prompt: bool = False,
+           assistant_text: Callable[[int, str], str] | None = None) -> str:
+    """Same output as CHAT_TEMPLATE; used to build training text without a tokenizer object.
+    `assistant_text(i, content)` is what assistant turn i shows (the reasoning model's template
+    drops the thinking of earlier turns); by default its content."""
     out = [BOS]
-    for message in messages:
+    for i, message in enumerate(messages):
         role, content = message["role"], message["content"]
         if role == "assistant":
-            out.append(f"{ASSISTANT}\n{content}{EOS}\n")
+            shown = assistant_text(i, content) if assistant_text else content
+            out.append(f"{ASSISTANT}\n{shown}{EOS}\n")
         else:
             out.append(f"{_MARKERS[role]}\n{content}\n")
     if add_generation_prompt:

@@ -9,7 +9,7 @@ across several tokens, as they do for models whose tokenizer has no single token
 
 from __future__ import annotations
 
-from npu_console.engine.demo.chat import ASSISTANT, BOS, EOS, SYSTEM, USER
+from npu_console.engine.demo import chat as demo_chat
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -47,18 +47,9 @@ def strip_reasoning(content: str) -> str:
 def render(messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
     """Same text as CHAT_TEMPLATE; the last assistant turn keeps its reasoning when it is the
     turn a training sample teaches (training renders the whole conversation, the reply last)."""
-    out = [BOS]
     last = len(messages) - 1
-    for i, message in enumerate(messages):
-        role, content = message["role"], message["content"]
-        if role == "assistant":
-            shown = content if (i == last and not add_generation_prompt) else \
-                strip_reasoning(content)
-            out.append(f"{ASSISTANT}\n{shown}{EOS}\n")
-        elif role == "system":
-            out.append(f"{SYSTEM}\n{content}\n")
-        else:
-            out.append(f"{USER}\n{content}\n")
-    if add_generation_prompt:
-        out.append(f"{ASSISTANT}\n")
-    return "".join(out)
+
+    def shown(i: int, content: str) -> str:
+        return content if (i == last and not add_generation_prompt) else strip_reasoning(content)
+
+    return demo_chat.render(messages, add_generation_prompt, shown)
