@@ -165,7 +165,7 @@ def check_devices() -> list[Check]:
 def check_cpu_kernels() -> Check:
     """Which CPU kernels decode steps use (fp32 and INT8 products); builds the native ones if
     needed."""
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     info = native.build()
     flags = native.cpu_flags()

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinning workers starve 2 cores
-# compiled kernels (engine.quant.kernels.native) are built once per run, outside the real home
+# compiled kernels (engine.kernels.native) are built once per run, outside the real home
 os.environ.setdefault("NPU_CONSOLE_CACHE", tempfile.mkdtemp(prefix="npu-console-cache-"))
 
 ROOT = Path(__file__).resolve().parent.parent

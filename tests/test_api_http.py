@@ -66,7 +66,7 @@ def test_models_lists_every_variant_and_a_request_picks_one(url):
     # 64-wide layers sit in cache: the native fp32 kernel is for bigger ones (cpu_linear.py)
     assert {c["linear_kernels"] for c in cards.values()} == {"torch"}
     # decode-only steps of float32 models run as one native call (native_decode.py); bf16 not
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
     expect = "native" if native.available() else "torch"
     assert cards["stories"]["decode_step"] == cards["stories-w8a8-dynamic"]["decode_step"] == expect
     assert cards["stories-bf16"]["decode_step"] == "torch"

@@ -33,7 +33,7 @@ def test_doctor_json_says_there_is_no_npu_and_why():
         assert drv["fix"]
     assert names["device cpu"]["status"] == "ok"
     kern = names["cpu kernels"]
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
     if native.available():
         assert kern["status"] == "ok" and "native AVX2" in kern["detail"]
     else:  # says which kernels run instead, and why

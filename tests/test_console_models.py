@@ -89,7 +89,7 @@ def test_load_with_progress_then_unload(window, qtbot, stories_dir):
     assert page.table.item(0, 3).text() == "float"
     # the row says which runner and kernels serve it: float32 decode steps as one native call
     # where the kernels build, else PyTorch (stories' 64-wide products are PyTorch's either way)
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
     assert page.table.item(0, 4).toolTip() == (
         "batched runner; decode steps: one native call for all layers" if native.available()
         else "batched runner; float decode products on PyTorch")

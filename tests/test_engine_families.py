@@ -159,7 +159,7 @@ def _wide(family):
 
 
 def _needs_native():
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     if not native.available():
         pytest.skip(f"native kernels unavailable: {native.build().reason}")

@@ -115,9 +115,9 @@ def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
 
 
 def test_the_plan_says_why_it_does_not_apply(monkeypatch):
+    from npu_console.engine.kernels import native
     from npu_console.engine.quant.apply import quantize_model
     from npu_console.engine.quant.config import QuantConfig
-    from npu_console.engine.quant.kernels import native
     from npu_console.engine.runtime import native_decode
 
     def reason(model, **kw):

@@ -428,7 +428,10 @@ def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert {n for n in names if n.startswith("npu_console/assets/")} == _expected_assets()
     for needed in ("npu_console/assets/icons/app.svg", "npu_console/assets/icons/app-256.png",
-                   "npu_console/engine/cli/main.py", "npu_console/__init__.py"):
+                   "npu_console/engine/cli/main.py", "npu_console/__init__.py",
+                   # the native kernels are compiled from these on first use (engine/kernels)
+                   "npu_console/engine/kernels/cpu_gemm.c",
+                   "npu_console/engine/kernels/cpu_decode.c"):
         assert needed in names
     if DEMO_CONFIG.exists():
         assert "npu_console/assets/models/demo/config.json" in names

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from npu_console.engine.quant import qmath
+from npu_console.engine.kernels import qmath
 from npu_console.engine.quant.qlinear import QuantLinear
 
 
@@ -19,8 +19,8 @@ def _layer(k=256, n=192, bias=True, seed=0):
 @pytest.fixture(params=["native", "torch"])
 def cpu_path(request, monkeypatch):
     """Run a test on the native AVX2 kernels and on PyTorch's own (the fallback)."""
-    from npu_console.engine.quant import kernels
-    from npu_console.engine.quant.kernels import cpu, native
+    from npu_console.engine import kernels
+    from npu_console.engine.kernels import cpu, native
 
     if request.param == "native" and not native.available():
         pytest.skip(f"native kernels unavailable: {native.build().reason}")
@@ -87,7 +87,7 @@ def test_per_group_w8a16(cpu_path):
 
 
 def test_saturation_probe_and_nibble_path_agree_with_direct_int_math():
-    from npu_console.engine.quant.kernels import cpu
+    from npu_console.engine.kernels import cpu
 
     lin, x = _layer(k=128, n=64, bias=False)
     q = QuantLinear.from_linear(lin, "w8a8-dynamic")

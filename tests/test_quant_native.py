@@ -1,4 +1,4 @@
-"""The native AVX2 kernels (engine/quant/kernels/cpu_gemm.c): built on first use, exact against
+"""The native AVX2 kernels (engine/kernels/cpu_gemm.c): built on first use, exact against
 integer / float64 math on awkward shapes (W8A16: on its 16-bit activations), and an honest
 fallback when they cannot be built."""
 
@@ -9,8 +9,7 @@ import sys
 
 import pytest
 import torch
-from npu_console.engine.quant import qmath
-from npu_console.engine.quant.kernels import native
+from npu_console.engine.kernels import native, qmath
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"native kernels unavailable: {native.build().reason}")
@@ -119,7 +118,7 @@ def test_thread_count_does_not_change_results():
 @needs_native
 def test_shares_torchs_openmp_runtime():
     # a second libgomp would bring a second pool of spinning workers onto the same cores
-    code = ("import torch; from npu_console.engine.quant.kernels import native; assert native.available();"
+    code = ("import torch; from npu_console.engine.kernels import native; assert native.available();"
             "import re; maps = open('/proc/self/maps').read();"
             "print(sorted(set(re.findall(r'\\S*libgomp\\S*', maps))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

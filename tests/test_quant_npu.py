@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes import torch_npu_standin
+from npu_console.engine.kernels import npu as npu_kernels
 from npu_console.engine.quant.config import QuantError
-from npu_console.engine.quant.kernels import npu as npu_kernels
 from npu_console.engine.quant.qlinear import QuantLinear
 
 

@@ -77,7 +77,7 @@ def test_stories_quality_bars(stories_dir, stories, method, alpha, max_pct, min_
 @pytest.mark.parametrize("method,alpha,max_pct,min_top1,min_agree", BARS)
 def test_demo_model_quality_bars(demo_model_dir, method, alpha, max_pct, min_top1, min_agree):
     from npu_console.engine.paths import CALIB_DIR
-    from npu_console.engine.quant.report import text_token_ids
+    from npu_console.engine.quant.eval_methods import text_token_ids
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(demo_model_dir))

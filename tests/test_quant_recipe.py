@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from fakes.stories_text import load_float, sampled_ids
-from npu_console.engine.quant import gptq, io, mixed, qmath
+from npu_console.engine.kernels import qmath
+from npu_console.engine.quant import gptq, io, mixed
 from npu_console.engine.quant.auto import run_auto
 from npu_console.engine.quant.config import QuantConfig
 from npu_console.engine.quant.search import search_input

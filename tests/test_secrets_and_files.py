@@ -93,7 +93,7 @@ def test_the_server_page_keeps_its_key_out_of_the_ini(qapp, qtbot, tmp_path):
 
 @pytest.fixture
 def kernel_cache(tmp_path, monkeypatch):
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     first = native.build()

@@ -267,7 +267,7 @@ def eval_file(plan: QuantPlan) -> Path:
 def eval_ids(tokenizer, plan: QuantPlan) -> tuple[list[int], str]:
     from npu_console.engine.quant.calib import read_texts
     from npu_console.engine.quant.config import QuantError
-    from npu_console.engine.quant.report import text_token_ids
+    from npu_console.engine.quant.eval_methods import text_token_ids
 
     path = eval_file(plan)
     ids = text_token_ids(tokenizer, read_texts(str(path)))[:plan.eval_tokens]

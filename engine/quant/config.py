@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from npu_console.engine.kernels.errors import QuantError
+
 METHODS = ("w8a16", "w8a8-dynamic", "w8a8-static")
 PRESETS = ("all", "attention", "no-down-proj")
 FORMATS = ("native", "compressed-tensors", "msmodelslim")
@@ -19,10 +21,6 @@ FORMATS = ("native", "compressed-tensors", "msmodelslim")
 ALWAYS_FLOAT = ("lm_head", "embed_tokens", "embed_out", "wte", "output")
 
 _ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-class QuantError(Exception):
-    """A user-facing quantization problem (bad option, unusable input); one line, no traceback."""
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,16 @@ def read_eval_text(path: str | Path) -> tuple[str, list[str]]:
     return whole, docs
 
 
+def text_token_ids(tokenizer: Any, texts: list[str]) -> list[int]:
+    """Documents joined with EOS, starting with BOS when the tokenizer has one."""
+    ids: list[int] = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    for t in texts:
+        ids.extend(tokenizer(t, add_special_tokens=False)["input_ids"])
+        if tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)
+    return ids
+
+
 def _check(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise Cancelled()
@@ -153,7 +163,6 @@ def sliding(model: Any, tokenizer: Any, docs: list[str], ctx: int = 1024,
             cancel: threading.Event | None = None) -> EvalResult:
     """The earlier method: documents joined with EOS into one stream, overlapping windows."""
     from npu_console.engine.quant.evaluate import perplexity
-    from npu_console.engine.quant.report import text_token_ids
 
     ids = text_token_ids(tokenizer, docs)
     if max_tokens:

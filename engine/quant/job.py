@@ -156,7 +156,7 @@ def run_quantize(req: QuantizeRequest, progress: Progress | None = None,
     stages["load"] = time.perf_counter() - t0
     if req.device.startswith("npu"):
         import torch
-        from npu_console.engine.quant.kernels.npu import check_supported
+        from npu_console.engine.kernels.npu import check_supported
         for name in select_layers(model, cfg).quantize:
             lin = model.get_submodule(name)
             check_supported(cfg.method, getattr(torch, req.dtype), lin.in_features,

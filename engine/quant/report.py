@@ -6,17 +6,6 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-
-def text_token_ids(tokenizer: Any, texts: list[str]) -> list[int]:
-    """Documents joined with EOS, starting with BOS when the tokenizer has one."""
-    ids: list[int] = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    for t in texts:
-        ids.extend(tokenizer(t, add_special_tokens=False)["input_ids"])
-        if tokenizer.eos_token_id is not None:
-            ids.append(tokenizer.eos_token_id)
-    return ids
 
 
 def dir_bytes(path: str | Path) -> int:
@@ -83,7 +72,7 @@ def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str
     texts = read_texts(data)
     float_loaded = load_model(float_dir, device="cpu", dtype=dtype)
     tok = float_loaded.tokenizer
-    ids = text_token_ids(tok, texts)[:max_tokens]
+    ids = em.text_token_ids(tok, texts)[:max_tokens]
     prompts = [ids[i * 64:i * 64 + 16] for i in range(n_prompts) if len(ids) >= i * 64 + 16]
     window = min(int(getattr(float_loaded.config, "max_position_embeddings", 1024) or 1024), 1024)
     samples = [torch.tensor([ids[i:i + window]]) for i in range(0, min(len(ids), 2 * window),

@@ -1,5 +1,5 @@
 """fp32 linear layers for decode-sized batches on CPU, through the native kernel (npc_f32 in
-engine/quant/kernels/cpu_gemm.c) instead of the BLAS behind `F.linear`.
+engine/kernels/cpu_gemm.c) instead of the BLAS behind `F.linear`.
 
 Why: a decode step multiplies a few rows (one per running sequence) by every weight. On the
 2-core AVX2 test machine MKL's sgemm runs such products far below the memory's speed: a pass
@@ -32,7 +32,7 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 def native_f32_available() -> bool:
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
     return native.available()
 
 
@@ -54,7 +54,7 @@ def linear_fn(mod: torch.nn.Module, enabled: bool) -> Linear:
     decode-sized inputs (any leading shape, last dim = in_features)."""
     if not enabled or not applies(mod):
         return mod
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     fn = native.library().npc_f32
     n, k = mod.out_features, mod.in_features

@@ -1,5 +1,5 @@
 """Decode steps of Llama-shaped models on CPU in one native call (npc_decode_layers in
-engine/quant/kernels/cpu_decode.c): norms, q/k/v, rotary, KV write, attention, o, MLP and
+engine/kernels/cpu_decode.c): norms, q/k/v, rotary, KV write, attention, o, MLP and
 residuals of every layer, with the products on our fp32 / W8A16 / W8A8 kernels.
 
 Why: in a batch-1 decode step of the Qwen2.5-0.5B shape the work around the products (~45
@@ -64,9 +64,9 @@ def _fp32_cpu(t: torch.Tensor | None, what: str, shape: tuple | None = None) -> 
 
 
 def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
-    """The descriptor of one projection: a plain fp32 nn.Linear, or a QuantLinear whose CPU
-    backend runs our kernels on its plain int8 weight."""
-    from npu_console.engine.quant.qlinear import QuantLinear
+    """The descriptor of one projection: a plain fp32 nn.Linear, or an int8 layer (the kernels'
+    Int8Linear, which engine.quant's QuantLinear is) whose plain int8 weight is kept."""
+    from npu_console.engine.kernels.int8_linear import Int8Linear
 
     name = type(mod).__name__
     if (getattr(mod, "out_features", None), getattr(mod, "in_features", None)) != (n, k):
@@ -77,7 +77,7 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
         w = _fp32_cpu(mod.weight, "a linear weight", (n, k))
         keep += [w, bias]
         return _Linear(F32, 0, 0.0, 0, _ptr(w), None, _ptr(bias), n, k)
-    if type(mod) is not QuantLinear:
+    if not isinstance(mod, Int8Linear):
         raise Unsupported(f"{name} layers have no native kernel")
     if mod.group_size:
         raise Unsupported("per-group int8 scales have no native kernel")
@@ -133,7 +133,7 @@ class DecodePlan:
 
 def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
     """The native decode plan of a BatchedRunner, or (None, why not)."""
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     if runner.device.type != "cpu":
         return None, "not on CPU"

@@ -46,7 +46,7 @@ def _in(w) -> int:  # a float weight (out, in) or a QuantLinear
 
 
 def main(argv: list[str] | None = None) -> int:
-    from npu_console.engine.quant.kernels import cpu, native
+    from npu_console.engine.kernels import cpu, native
     from npu_console.engine.quant.qlinear import QuantLinear
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -37,7 +37,7 @@ def timed_linear(x: torch.Tensor, w: torch.Tensor) -> float:
 
 
 def timed_native(x: torch.Tensor, w: torch.Tensor) -> float:
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     native.f32(x, w)
     t = time.perf_counter()
@@ -46,7 +46,7 @@ def timed_native(x: torch.Tensor, w: torch.Tensor) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from npu_console.engine.quant.kernels import native
+    from npu_console.engine.kernels import native
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)

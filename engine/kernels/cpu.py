@@ -35,8 +35,7 @@ import functools
 import warnings
 
 import torch
-from npu_console.engine.quant import qmath
-from npu_console.engine.quant.kernels import native
+from npu_console.engine.kernels import native, qmath
 
 
 def _prepack(q: torch.Tensor, scale: torch.Tensor):

@@ -215,7 +215,7 @@ void npc_f32(const float *x, const float *w, const float *bias, float *y, int64_
 
 /* ---- W8A8: activations to int16 rows, then y[m, n] = sx[m] * sw[n] * sum_k q[m,k] w[n,k] -- */
 
-/* Symmetric int8 quantization of fp32 rows, as engine.quant.qmath does it: per-row scale
+/* Symmetric int8 quantization of fp32 rows, as engine.kernels.qmath does it: per-row scale
  * max|x| / 127 (at least 1e-8) when per_token, else the given scale; round half to even
  * (nearbyintf in the default rounding mode), clamp to +-127. Rows are stored as int16 with
  * ldq >= K; the padding is zero. */

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from npu_console.engine import paths
 from npu_console.engine.devices import cpu_flags
-from npu_console.engine.quant.kernels.trust import private_dir, untrusted
+from npu_console.engine.kernels.trust import private_dir, untrusted
 
 log = logging.getLogger(__name__)
 

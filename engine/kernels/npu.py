@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from npu_console.engine.quant.config import QuantError
+from npu_console.engine.kernels.errors import QuantError
 
 MAX_DIM = 65535
 

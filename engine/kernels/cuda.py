@@ -8,7 +8,7 @@ Not runnable on the development machines (no GPU); the math mirrors the referenc
 from __future__ import annotations
 
 import torch
-from npu_console.engine.quant import qmath
+from npu_console.engine.kernels import qmath
 
 
 class CudaBackend:

@@ -1,0 +1,103 @@
+"""`Int8Linear`: an int8 linear layer as the kernels read it, the one piece of an INT8 model
+that the quantizer, the kernels and the runtime all touch.
+
+It owns the int8 weight (N, K, row-major), fp32 scales ((N,) per channel or (N, K/group) per
+group), the float bias and, for static W8A8, the calibrated per-tensor input scale. The product
+is done by a backend chosen from the input's device (engine.kernels), so the same module runs
+on CPU, CUDA and Ascend. engine.quant.qlinear.QuantLinear builds on it (rounding a float layer
+into it); the runtime's native decode step reads this layout directly, so it needs this module
+and never engine.quant.
+"""
+
+from __future__ import annotations
+
+import torch
+from npu_console.engine.kernels import backend_for
+from torch import nn
+
+
+def apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):
+    """nn.Module._apply (casts, device moves) for int8 modules: scales stay fp32 whatever
+    dtype the model is cast to (a bf16 scale would add a systematic 0.4 % error per output
+    channel), only their device follows; `float_dtype` follows casts even without a float
+    buffer to read it from."""
+    keep = {k: mod._buffers[k] for k in ("weight_scale", "input_scale")
+            if mod._buffers.get(k) is not None}
+    out = nn.Module._apply(mod, fn, recurse)
+    for k, old in keep.items():
+        moved = mod._buffers[k]
+        if moved.dtype != torch.float32:
+            mod._buffers[k] = old.to(device=moved.device)
+    mod.float_dtype = fn(torch.empty(0, dtype=mod.float_dtype)).dtype
+    return out
+
+
+class Int8Linear(nn.Module):
+    def __init__(self, in_features: int, out_features: int, method: str, *, bias: bool,
+                 group_size: int = 0, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.method = method
+        self.group_size = group_size
+        # "auto" picks the kernel from the input's device; tests force "npu" to drive the
+        # torch_npu stand-in with CPU tensors, and "reference" is the exact integer oracle.
+        self.backend = "auto"
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        scale_shape = (out_features, in_features // group_size) if group_size else (out_features,)
+        self.register_buffer("weight_scale", torch.ones(scale_shape, dtype=torch.float32))
+        if method == "w8a8-static":
+            self.register_buffer("input_scale", torch.ones(1, dtype=torch.float32))
+        else:
+            self.input_scale = None
+        if bias:
+            self.register_buffer("bias", torch.zeros(out_features, dtype=dtype))
+        else:
+            self.bias = None
+        self.float_dtype = dtype
+        self._cache: dict = {}  # backend-specific packed weights, rebuilt on demand
+        # set by a CPU backend whose kernel needs no per-call dispatch (kernels/native.py)
+        self._fast_forward = None
+        self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
+
+    def _apply(self, fn, recurse=True):
+        if self.weight.numel() == 0:
+            # packed for serving: the packed copy is all that is left, keep it (moving such a
+            # model to another device type needs a reload)
+            return super()._apply(fn, recurse)
+        self._cache.clear()  # packed copies belong to the old device/dtype
+        self._fast_forward = None
+        return apply_keeping_fp32_scales(self, fn, recurse)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fast_forward"] = None  # a closure over this very module; rebuilt on first use
+        return state
+
+    def release_plain_weight(self) -> None:
+        """Free the plain int8 weight once a backend has its own packed copy (saves memory);
+        export needs it, so this is only for serving."""
+        backend = backend_for(self, self.weight.device)
+        if backend.packs_own_copy(self) and not self.keep_plain_weight:
+            backend.prepare(self, self.float_dtype)
+            self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
+
+    def kernel_name(self) -> str:
+        """Which product runs this layer on its device ("native", "fbgemm", ...)."""
+        backend = backend_for(self, self.weight.device)
+        name = getattr(backend, "kernel_name", None)
+        return name(self) if name is not None else type(backend).__name__.lower()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fast = self._fast_forward
+        if fast is not None and self.backend == "auto" and x.device.type == "cpu":
+            return fast(x)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        y = backend_for(self, x.device).forward(self, x2)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        g = f", group_size={self.group_size}" if self.group_size else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"method={self.method}{g}, bias={self.bias is not None}")
