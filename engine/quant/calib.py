@@ -96,7 +96,6 @@ def collect_stats(model: Any, samples: list[torch.Tensor], names: list[str],
                   cancel: threading.Event | None = None) -> dict[str, ActStats]:
     mods = dict(model.named_modules())
     stats: dict[str, ActStats] = {}
-    hooks = []
 
     def make_hook(name: str):
         def hook(_mod, args):
@@ -108,23 +107,33 @@ def collect_stats(model: Any, samples: list[torch.Tensor], names: list[str],
                 stats[name] = ActStats(m)
         return hook
 
-    for n in names:
-        hooks.append(mods[n].register_forward_pre_hook(make_hook(n)))
-    device = next(model.parameters()).device
     # the decoder alone: calibration needs no logits, and a big-vocabulary lm_head is a quarter
     # of a small model's FLOPs (Qwen2.5-0.5B)
     body = getattr(model, "model", None)
     runner = body if isinstance(body, torch.nn.Module) and not any(
         n.startswith("lm_head") for n in names) else model
+    run_samples(model, runner, samples, {mods[n]: make_hook(n) for n in names},
+                progress=progress, cancel=cancel)
+    return stats
+
+
+def run_samples(model: Any, runner: Any, samples: list[torch.Tensor],
+                hooks: dict[torch.nn.Module, Callable], prepare: Callable | None = None,
+                progress: Progress | None = None, cancel: threading.Event | None = None) -> None:
+    """Every calibration pass: each sample through `runner` (the model or its decoder) with the
+    forward pre-hooks {module: hook} in place, removed afterwards also on error or cancel.
+    `prepare(ids)` gives the input a sample runs as (default: the sample itself)."""
+    handles = [m.register_forward_pre_hook(h) for m, h in hooks.items()]
+    device = next(model.parameters()).device
     try:
         with torch.inference_mode():
             for i, ids in enumerate(samples):
                 if cancel is not None and cancel.is_set():
                     raise Cancelled()
-                runner(input_ids=ids.to(device), use_cache=False)
+                x = prepare(ids) if prepare is not None else ids
+                runner(input_ids=x.to(device), use_cache=False)
                 if progress:
                     progress("calibrate", i + 1, len(samples))
     finally:
-        for h in hooks:
+        for h in handles:
             h.remove()
-    return stats

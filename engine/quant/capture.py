@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from npu_console.engine.quant.calib import ActStats, Cancelled, Progress
+from npu_console.engine.quant.calib import ActStats, Progress, run_samples
 
 
 @dataclass
@@ -84,28 +84,20 @@ def capture(model: Any, samples: list[torch.Tensor], names: list[str],
             c.tokens += x.shape[0]
         return hook
 
+    def prepare(ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        sink = torch.zeros(flat.numel(), dtype=torch.bool)
+        sink[0] = True
+        if bos_id is not None:
+            sink |= flat == bos_id
+        current["sink"] = sink
+        return ids.reshape(1, -1)
+
     mods = dict(model.named_modules())
-    hooks = [mods[k].register_forward_pre_hook(make_hook(k)) for k in groups]
     body_mod = getattr(model, "model", None)
     runner = body_mod if isinstance(body_mod, torch.nn.Module) else model
-    device = next(model.parameters()).device
-    try:
-        with torch.inference_mode():
-            for i, ids in enumerate(samples):
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled()
-                flat = ids.reshape(-1)
-                sink = torch.zeros(flat.numel(), dtype=torch.bool)
-                sink[0] = True
-                if bos_id is not None:
-                    sink |= flat == bos_id
-                current["sink"] = sink
-                runner(input_ids=ids.reshape(1, -1).to(device), use_cache=False)
-                if progress:
-                    progress("calibrate", i + 1, len(samples))
-    finally:
-        for h in hooks:
-            h.remove()
+    run_samples(model, runner, samples, {mods[k]: make_hook(k) for k in groups}, prepare,
+                progress=progress, cancel=cancel)
     return caps
 
 
