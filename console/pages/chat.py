@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from npu_console.console.chat_session import ChatSession, reply_stats
 from npu_console.console.chat_store import Message, export
-from npu_console.console.engines import LOCAL
+from npu_console.console.engines import LOCAL, ModelChoice
 from npu_console.console.pages.base import Page
 from npu_console.console.widgets.basic import card, muted, page_title
 from npu_console.console.widgets.chat_view import ChatInput, Transcript
@@ -219,8 +219,12 @@ class ChatPage(Page):
         return next((c.info for c in self.choices if c.label == label), None)
 
     def choice(self, box: QComboBox):
-        """The ModelChoice a model box has selected (None when it is empty)."""
-        return box.currentData()
+        """The ModelChoice a model box has selected (None when it is empty); a name typed in
+        without one is a model of this console's."""
+        data = box.currentData()
+        if data is None and box.currentText():
+            return ModelChoice(LOCAL, box.currentText(), box.currentText())
+        return data
 
     def set_ab(self, on: bool) -> None:
         self.model_b.setEnabled(on)
