@@ -246,6 +246,21 @@ def test_cancel_a_quantization_stops_it_and_leaves_nothing(http, admin, roots):
     assert _follow(admin, next_job.id)[-1].state == "done"
 
 
+def test_stopping_the_server_cancels_its_jobs(stories_dir, tmp_path):
+    with running_server(engine_for(stories_dir), allow_admin=True,
+                        model_roots=(str(stories_dir.parent),),
+                        output_root=str(tmp_path / "out")) as (controller, url), \
+            RemoteAdmin(url, timeout=120) as admin:
+        job = admin.quantize("models/stories260K", "long", method="w8a8-dynamic",
+                             recipe="auto", samples=512, seq_len=256)
+        for state in admin.events(job.id, timeout=300):
+            if state.stage and state.stage != "load":
+                break
+    final = controller.app.state.admin.jobs.get(job.id)
+    assert final.state == "cancelled", final.snapshot()
+    assert not list((tmp_path / "out").iterdir())
+
+
 # ---------------------------------------------------------------------------------- CLI
 def test_remote_cli_lists_and_reports_refusals(server):
     def cli(*args):
@@ -270,3 +285,41 @@ def test_serve_checks_the_admin_flags_before_loading(tmp_path):
     assert res.returncode == 2 and "no such folder" in res.stderr
     res = serve("--model-root", str(tmp_path))
     assert res.returncode == 2 and "only matter with --allow-admin" in res.stderr
+
+
+# ---------------------------------------------------------------------------------- fuzz
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_generated_admin_requests_never_fail_the_server(stories_dir, tmp_path, mode):
+    """schemathesis over the admin routes of a server whose roots hold no model (so nothing
+    generated can start real work): no answer is a 5xx, every error is the API's shape."""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    (tmp_path / "empty").mkdir()
+    with running_server(engine_for(stories_dir), allow_admin=True,
+                        model_roots=(str(tmp_path / "empty"),),
+                        output_root=str(tmp_path / "out")) as (_, url):
+        schema = schemathesis.openapi.from_url(url + "/openapi.json")
+        operations = [r.ok() for r in schema.get_all_operations()
+                      if r.ok().path.startswith("/v1/admin")]
+        assert len(operations) == 8
+        statuses = []
+        for op in operations:
+            if mode == "negative" and op.method.upper() != "POST":
+                continue  # nothing to make invalid: no body, and any string is a valid job id
+            strategy = op.as_strategy(generation_mode=schemathesis.GenerationMode(mode))
+
+            @given(case=strategy)
+            @settings(max_examples=10, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=list(HealthCheck))
+            def check(case):
+                response = case.call(timeout=60)
+                statuses.append(response.status_code)
+                assert response.status_code < 500, (case.method, case.path, case.body,
+                                                     response.text[:500])
+                if response.status_code >= 400:
+                    assert response.json()["error"]["message"]
+
+            check()
+        assert {403, 404} & set(statuses) if mode == "positive" else {400} & set(statuses)
+        assert not list((tmp_path / "out").iterdir())  # nothing was written
