@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from npu_console.console.theme import current_theme
-from PySide6.QtWidgets import QSizePolicy
+from npu_console.console.widgets.plot_style import style_plot
 
 
 class BarChart(pg.PlotWidget):
     def __init__(self, title: str = "", unit: str = "", parent=None):
         super().__init__(parent=parent)
-        theme = current_theme()
-        self.setBackground(theme.color("plot_bg"))
-        self.setMinimumHeight(160)
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-        item = self.getPlotItem()
-        item.setMenuEnabled(False)
-        item.hideButtons()
+        item = style_plot(self, 160, title, unit)
         item.showGrid(x=False, y=False)
-        self.setMouseEnabled(x=False, y=False)
-        for axis in ("left", "bottom"):
-            ax = item.getAxis(axis)
-            ax.setTextPen(theme.color("plot_fg"))
-            ax.setPen(theme.color("border"))
-        if title:
-            item.setTitle(f"<span style='color:{theme.color('plot_fg')}'>{title}"
-                          + (f" ({unit})" if unit else "") + "</span>", size="9pt")
         self._items: list = []
         self.labels: list[str] = []
         self.values: list[float] = []

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from npu_console.console.theme import current_theme
+from npu_console.console.widgets.plot_style import style_plot
 from npu_console.engine.ring import Ring
-from PySide6.QtWidgets import QSizePolicy
 
 pg.setConfigOptions(antialias=False, useOpenGL=False)
 
@@ -20,25 +20,12 @@ class LivePlot(pg.PlotWidget):
                  y_range: tuple[float, float] | None = None, parent=None):
         super().__init__(parent=parent)
         theme = current_theme()
-        self.setBackground(theme.color("plot_bg"))
-        self.setMinimumHeight(120)
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-        item = self.getPlotItem()
-        item.setMenuEnabled(False)
-        item.hideButtons()
+        item = style_plot(self, 120, title, unit)
         item.showGrid(x=True, y=True, alpha=0.15)
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
-        self.setMouseEnabled(x=False, y=False)
-        for axis in ("left", "bottom"):
-            ax = item.getAxis(axis)
-            ax.setTextPen(theme.color("plot_fg"))
-            ax.setPen(theme.color("border"))
         item.getAxis("bottom").setHeight(22)
         item.getAxis("left").setWidth(34)
-        if title:
-            item.setTitle(f"<span style='color:{theme.color('plot_fg')}'>{title}"
-                          + (f" ({unit})" if unit else "") + "</span>", size="9pt")
         self._legend = item.addLegend(offset=(2, 2), labelTextSize="7pt", verSpacing=-6)
         self._legend.setBrush(pg.mkBrush(theme.color("panel") + "c0"))
         self._legend.setLabelTextColor(theme.color("fg"))
