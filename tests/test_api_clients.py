@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from test_api_support import (
+from support.api import (
     STORY_PROMPT,
     default_engine,
     running_server,

@@ -16,7 +16,7 @@ import pytest
 from fakes.faults import fatal_fault
 from fakes.serve_with_fault import CRASH_SEED
 from npu_console.engine.runtime import EngineConfig, LocalEngine
-from test_api_support import running_server, sse_events
+from support.api import running_server, sse_events
 
 TESTS = Path(__file__).resolve().parent
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_api_support import engine_for, running_server
+from support.api import engine_for, running_server
 
 schemathesis = pytest.importorskip("schemathesis")
 

@@ -16,7 +16,7 @@ from fakes.faults import breaking_handles
 from fakes.slow_steps import slowed_steps
 from npu_console.engine.api.settings import ApiSettings
 from npu_console.engine.runtime import EngineConfig, LocalEngine
-from test_api_support import metric_value, running_server, sse_events
+from support.api import metric_value, running_server, sse_events
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow

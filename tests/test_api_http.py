@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
-from test_api_support import (
+from support.api import (
     STORY_PROMPT,
     default_engine,
     metric_value,

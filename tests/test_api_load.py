@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from test_api_support import (
+from support.api import (
     default_engine,
     engine_for,
     metric_value,

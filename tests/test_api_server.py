@@ -22,7 +22,7 @@ from npu_console.engine.api import (
     UnsafeSettingsError,
     port_in_use,
 )
-from test_api_support import default_engine, sse_events
+from support.api import default_engine, sse_events
 
 pytestmark = pytest.mark.slow
 

@@ -120,7 +120,7 @@ def test_cancel_a_load(window, qtbot, stories_dir):
 
 def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window, qtbot,
                                                                          tmp_path, monkeypatch):
-    from support_gguf import SMOLLM_GGUF
+    from support.gguf import SMOLLM_GGUF
 
     if not SMOLLM_GGUF.is_file():
         pytest.skip("../shared/models/smollm2-135m-instruct is not available")

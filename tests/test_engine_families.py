@@ -4,40 +4,11 @@ chunked prefill. Tiny random-weight configurations of the real HF classes (no do
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
-
-COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
-          "max_position_embeddings": 256}
-
-
-def tiny(family: str, **overrides):
-    import transformers as tf
-    from npu_console.engine.models.loader import LoadedModel
-
-    cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
-           "mistral": tf.MistralConfig}[family]
-    extra = {"head_dim": 16} if family == "qwen3" else {}
-    cfg = cls(**{**COMMON, **extra, **overrides})
-    torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    tok = _tokenizer(cfg.vocab_size)
-    return LoadedModel(name=family, path=Path(family), model=model, tokenizer=tok, config=cfg,
-                       device="cpu", dtype="float32", architecture=type(model).__name__)
-
-
-def _tokenizer(vocab_size):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w0"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="w0")
+from support.models import WIDE, RunnerSeq, needs_native, tiny, wide
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -107,20 +78,6 @@ def test_transposed_lm_head_keeps_greedy_tokens(monkeypatch, tied):
         assert list(r.token_ids) == out[0, len(p):].tolist()
 
 
-class _Seq:
-    """The three things the runner reads of a sequence."""
-
-    def __init__(self, ids, slot):
-        self.ids, self.slot = list(ids), slot
-
-    def token_slice(self, a, b):
-        return self.ids[a:b]
-
-    @property
-    def num_tokens(self):
-        return len(self.ids)
-
-
 def test_batched_decode_in_any_slot_order_equals_decoding_alone():
     """Decode attention runs in slot order (a cache view when the slots form a range); rows
     must come back in the caller's order whatever the slots are."""
@@ -131,7 +88,7 @@ def test_batched_decode_in_any_slot_order_equals_decoding_alone():
     runner = BatchedRunner(model, num_slots=6, max_len=128)
     g = torch.Generator().manual_seed(3)
     for slots in ([4, 1, 5, 0], [2, 3, 4, 5], [5, 4, 3, 2]):  # scattered, a range, reversed
-        seqs = [_Seq(torch.randint(5, 295, (n,), generator=g).tolist(), s)
+        seqs = [RunnerSeq(torch.randint(5, 295, (n,), generator=g).tolist(), s)
                 for n, s in zip((7, 19, 3, 30), slots)]
         with torch.inference_mode():
             for s in seqs:
@@ -143,36 +100,14 @@ def test_batched_decode_in_any_slot_order_equals_decoding_alone():
         assert torch.allclose(together, alone, atol=1e-5), slots
 
 
-# wide enough that every product but k/v (128 x 256) qualifies for the native fp32 kernel
-WIDE = {"hidden_size": 256, "intermediate_size": 512}
-
-
-def _wide(family):
-    """A WIDE tiny model whose biases (Qwen2's q/k/v) are not the zeros HF initialises."""
-    loaded = tiny(family, **WIDE)
-    g = torch.Generator().manual_seed(6)
-    with torch.no_grad():
-        for m in loaded.model.modules():
-            if isinstance(m, torch.nn.Linear) and m.bias is not None:
-                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.5)
-    return loaded
-
-
-def _needs_native():
-    from npu_console.engine.kernels import native
-
-    if not native.available():
-        pytest.skip(f"native kernels unavailable: {native.build().reason}")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_native_decode_products_keep_greedy_tokens(family):
     """fp32 decode products on the native kernel (engine.runtime.cpu_linear), 12 sequences
     decoding together next to chunked prefills: same greedy tokens as generate, and the model
     itself is left as transformers built it."""
-    _needs_native()
-    loaded = _wide(family)
+    needs_native()
+    loaded = wide(family)
     g = torch.Generator().manual_seed(4)
     prompts = [torch.randint(5, 295, (n,), generator=g).tolist()
                for n in (1, 2, 3, 5, 8, 13, 21, 34, 40, 6, 9, 17)]
@@ -198,11 +133,11 @@ def test_native_decode_products_keep_greedy_tokens(family):
 
 def test_native_and_torch_products_give_the_same_logits():
     """One mixed step (decodes of several lengths + a prefill chunk) through both kernels."""
-    _needs_native()
+    needs_native()
     from npu_console.engine.runtime.runner import BatchedRunner
     from npu_console.engine.runtime.scheduler import ScheduledSeq
 
-    model = _wide("qwen2").model
+    model = wide("qwen2").model
     runners = {k: BatchedRunner(model, num_slots=8, max_len=128, linear_kernels=k)
                for k in ("auto", "torch")}
     assert runners["auto"].linear_kernels == "native"
@@ -211,7 +146,7 @@ def test_native_and_torch_products_give_the_same_logits():
     ids = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (4, 11, 30, 2, 7, 19)]
     out = {}
     for kind, runner in runners.items():
-        seqs = [_Seq(t, slot) for slot, t in enumerate(ids)]
+        seqs = [RunnerSeq(t, slot) for slot, t in enumerate(ids)]
         with torch.inference_mode():
             for s in seqs[:5]:  # prefill five, then decode them beside the sixth's prefill
                 runner.execute([ScheduledSeq(s, 0, len(s.ids) - 1)], 0)
@@ -239,14 +174,14 @@ def test_a_head_re_laid_out_by_another_runner_is_still_read_right(monkeypatch):
     """Two runners on one model: a "torch" runner stores the big head transposed in place
     (use_transposed_head); the native runner built before it must not read that storage as
     nn.Linear's layout."""
-    _needs_native()
+    needs_native()
     import npu_console.engine.runtime.runner as runner_mod
     from npu_console.engine.runtime.runner import BatchedRunner
     from npu_console.engine.runtime.scheduler import ScheduledSeq
 
-    model = _wide("qwen2").model
+    model = wide("qwen2").model
     native = BatchedRunner(model, num_slots=2, max_len=64)
-    seq = _Seq(list(range(5, 25)), 0)
+    seq = RunnerSeq(list(range(5, 25)), 0)
     with torch.inference_mode():
         before = native.execute([ScheduledSeq(seq, 0, len(seq.ids))], 0)
     monkeypatch.setattr(runner_mod, "HEAD_TRANSPOSE_MIN_BYTES", 0)

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from support_gguf import SMOLLM_GGUF, write_gguf
+from support.gguf import SMOLLM_GGUF, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 from npu_console.engine.runtime.variant import sampling_defaults
-from test_api_support import STORY_PROMPT, running_server
+from support.api import STORY_PROMPT, running_server
 
 pytestmark = pytest.mark.slow
 

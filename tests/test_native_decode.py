@@ -10,12 +10,12 @@ import pytest
 import torch
 from npu_console.engine.runtime.runner import BatchedRunner
 from npu_console.engine.runtime.scheduler import ScheduledSeq
-from test_engine_families import _needs_native, _Seq, _wide, tiny
+from support.models import RunnerSeq, needs_native, tiny, wide
 
 
 @pytest.fixture(autouse=True)
 def _native():
-    _needs_native()
+    needs_native()
 
 
 def _decode_both(model, steps: int = 4, num_slots: int = 8):
@@ -30,7 +30,7 @@ def _decode_both(model, steps: int = 4, num_slots: int = 8):
     vocab = model.config.vocab_size
     prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (1, 5, 17, 40, 9, 2)]
     slots = [6, 1, 4, 0, 7, 3]
-    seqs = {k: [_Seq(list(p), s) for p, s in zip(prompts, slots)] for k in ("native", "torch")}
+    seqs = {k: [RunnerSeq(list(p), s) for p, s in zip(prompts, slots)] for k in ("native", "torch")}
     out = []
     with torch.inference_mode():
         for kind, runner in (("native", native), ("torch", torch_)):
@@ -53,7 +53,7 @@ def _decode_both(model, steps: int = 4, num_slots: int = 8):
 def test_native_step_equals_the_pytorch_loop(family):
     """Llama (GQA), Qwen2 with non-zero q/k/v biases, Qwen3 with per-head q/k norms, Mistral;
     logits and the KV rows each step wrote."""
-    model = (_wide(family) if family == "qwen2" else tiny(family)).model
+    model = (wide(family) if family == "qwen2" else tiny(family)).model
     out, native, torch_ = _decode_both(model)
     for a, b in out:
         assert a.shape == b.shape == (6, model.config.vocab_size)
@@ -68,7 +68,7 @@ def _quantized(method: str):
     from npu_console.engine.quant.calib import collect_stats
     from npu_console.engine.quant.config import QuantConfig, select_layers
 
-    model = _wide("qwen2").model
+    model = wide("qwen2").model
     cfg = QuantConfig(method=method, smoothquant=0.5 if method == "w8a8-static" else None)
     stats = None
     if cfg.needs_calibration:
@@ -101,8 +101,8 @@ def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
     earlier decode-only steps ran natively (in other slots), with the reference's results."""
     model = tiny("qwen2").model
     _, native, _ = _decode_both(model, steps=2)
-    seq = _Seq(list(range(5, 30)), 2)
-    other = _Seq(list(range(7, 12)), 5)
+    seq = RunnerSeq(list(range(5, 30)), 2)
+    other = RunnerSeq(list(range(7, 12)), 5)
     with torch.inference_mode():
         native.execute([ScheduledSeq(other, 0, len(other.ids))], 0)
         mixed = native.execute([ScheduledSeq(other, len(other.ids) - 1, 1),

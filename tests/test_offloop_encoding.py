@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fakes.faults import recording_encoders
 from npu_console.engine.runtime import EngineConfig, LocalEngine
-from test_api_support import running_server
+from support.api import running_server
 
 pytest.importorskip("pytestqt")
 pytestmark = pytest.mark.slow

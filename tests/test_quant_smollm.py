@@ -12,7 +12,7 @@ from npu_console.engine.paths import CALIB_DIR
 from npu_console.engine.quant import eval_methods as em
 from npu_console.engine.quant.auto import calibration_samples, run_auto
 from npu_console.engine.quant.config import QuantConfig
-from support_gguf import SMOLLM_GGUF
+from support.gguf import SMOLLM_GGUF
 
 HELDOUT = CALIB_DIR / "heldout_en.txt"
 # method: (max perplexity increase %, min share of linear weights in int8)

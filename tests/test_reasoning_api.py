@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
-from test_api_support import running_server, sse_events
+from support.api import running_server, sse_events
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +179,7 @@ def test_smollm2_answers_as_before():
     no reasoning fields, streaming or not."""
     from npu_console.engine.runtime.config import EngineConfig
     from npu_console.engine.runtime.engine import LocalEngine
-    from support_gguf import SMOLLM_GGUF
+    from support.gguf import SMOLLM_GGUF
 
     if not SMOLLM_GGUF.is_file():
         pytest.skip("../shared/models/smollm2-135m-instruct is not available")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-SMOLLM_GGUF = (Path(__file__).resolve().parent.parent.parent / "shared" / "models"
+# tests/support/gguf.py -> the checkout -> its parent, where ../shared lives
+SMOLLM_GGUF = (Path(__file__).resolve().parents[3] / "shared" / "models"
                / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
