@@ -90,6 +90,11 @@ def test_admin_routes_are_403_without_allow_admin_and_not_in_the_schema(stories_
             assert err["code"] == "admin_disabled" and "--allow-admin" in err["message"]
         paths = client.get("/openapi.json").json()["paths"]
         assert not [p for p in paths if p.startswith("/v1/admin")]
+        with RemoteAdmin(url) as admin:
+            assert admin.allowed() is False
+            with pytest.raises(AdminError) as off:
+                admin.models()
+            assert off.value.status == 403 and off.value.code == "admin_disabled"
 
 
 def test_admin_routes_need_the_key(server):
@@ -161,6 +166,7 @@ def test_listing_shows_the_models_with_relative_paths_only(http, admin, roots):
     assert reply.status_code == 200
     for folder in (roots["zoo"], roots["shared"], roots["out"], roots["base"]):
         assert str(folder) not in reply.text  # no absolute path leaves the server
+    assert admin.allowed()
     listing = admin.models()
     assert set(listing.roots) == {"zoo", "models", "out"} and listing.output_root == "out"
     by_path = {m.path: m for m in listing.models}

@@ -87,7 +87,7 @@ class AdminJob:
         """Progress from the worker; the fraction never goes back (a stage run twice, as the
         auto recipe's second quantize pass, keeps the bar where it was)."""
         self._change(stage=stage, fraction=min(1.0, max(self.fraction, fraction)),
-                     message=message)
+                     message=message or self.message)
 
     def finish(self, state: str, *, result: dict | None = None, error: str | None = None,
                message: str = "") -> None:

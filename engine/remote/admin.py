@@ -120,6 +120,17 @@ class RemoteAdmin:
         self.close()
 
     # ------------------------------------------------------------------ calls
+    def allowed(self) -> bool:
+        """Whether the server serves /v1/admin (False: it runs without --allow-admin); other
+        failures (unreachable, a wrong key) raise."""
+        try:
+            self._call("GET", "/v1/admin/jobs")
+        except AdminError as exc:
+            if exc.code == "admin_disabled":
+                return False
+            raise
+        return True
+
     def models(self) -> AdminListing:
         d = self._call("GET", "/v1/admin/models")
         return AdminListing(roots=tuple(r["name"] for r in d.get("roots", ())),
