@@ -15,10 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "console")
 MAX_LINES = 500
 
-# being split in another change; the bar holds for everything else
-KNOWN_LONG_FILES = {"console/pages/quantize.py", "console/pages/quant_work.py"}
-KNOWN_THREAD_PAGES = {"quantize.py", "quant_work.py"}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -160,7 +156,7 @@ def test_no_python_file_over_500_lines():
         for p in (ROOT / pkg).rglob("*.py"):
             rel = p.relative_to(ROOT).as_posix()
             n = len(p.read_text(encoding="utf-8").splitlines())
-            if n > MAX_LINES and rel not in KNOWN_LONG_FILES:
+            if n > MAX_LINES:
                 long[rel] = n
     assert not long, f"split these (at most {MAX_LINES} lines): {long}"
 
@@ -188,10 +184,8 @@ def test_the_thread_check_sees_a_thread():
 
 def test_no_page_starts_a_thread():
     """Pages hand work to the job runner (console/jobs.py), a service (console/server_service.py)
-    or the bridge; none creates a thread itself. (The quantize page, being reworked in another
-    change, still starts one: a known exception until then.)"""
+    or the bridge; none creates a thread itself."""
     hits = []
     for p in sorted((ROOT / "console" / "pages").glob("*.py")):
-        if p.name not in KNOWN_THREAD_PAGES:
-            hits += _starts_threads(p)
+        hits += _starts_threads(p)
     assert not hits, hits

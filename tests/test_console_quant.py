@@ -49,51 +49,51 @@ def _wait(qtbot, page):
 
 
 def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qtbot, tmp_path):
-    from npu_console.console.pages.quant_work import runs_dir
+    from npu_console.console.quant_runs import runs_dir
 
     page = window.page("quantize")
     page.set_models(window.ctx.engine_host.models())
-    assert page.model_box.currentData()[0] == "demo"
+    assert page.model_step.model_box.currentData()[0] == "demo"
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     assert page.stack.currentIndex() == 1
     page.set_method("w8a8-dynamic", "no-down-proj")
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     page.set_calibration(str(calib), 4, 32)
-    qtbot.waitUntil(lambda: page.calib_info.text().startswith("40 documents"), timeout=10_000)
-    page.calib_path.setText(str(calib) + ".missing")
+    qtbot.waitUntil(lambda: page.calib_step.calib_info.text().startswith("40 documents"), timeout=10_000)
+    page.calib_step.calib_path.setText(str(calib) + ".missing")
     page.update_calib_info()
-    qtbot.waitUntil(lambda: "not found" in page.calib_info.text(), timeout=10_000)
-    page.calib_path.setText(str(calib))
+    qtbot.waitUntil(lambda: "not found" in page.calib_step.calib_info.text(), timeout=10_000)
+    page.calib_step.calib_path.setText(str(calib))
     page.go(4)
-    assert "All but down_proj" in page.plan_summary.text()
-    qtbot.mouseClick(page.run_btn, Qt.LeftButton)
-    assert page.busy() and page.run_progress.cancel_btn.isEnabled()
+    assert "All but down_proj" in page.run_step.plan_summary.text()
+    qtbot.mouseClick(page.run_step.run_btn, Qt.LeftButton)
+    assert page.busy() and page.run_step.run_progress.cancel_btn.isEnabled()
     _wait(qtbot, page)
     run = page.run
-    assert run is not None, page.run_progress.stage.text()
+    assert run is not None, page.run_step.run_progress.stage.text()
     assert run.quantized_layers == 4 * 6 and run.skipped_layers == 4  # 4 down_proj stay float
     assert run.quant.disk_bytes < run.float.disk_bytes
     assert run.quant.memory_bytes < run.float.memory_bytes
     assert 0.0 <= run.quant.greedy_agreement <= 1.0
     assert 0.9 <= run.quant.top1_agreement <= 1.0  # measured 0.99+ for INT8 on the demo model
-    assert page.table.item(6, 1).text() == f"{100 * run.quant.top1_agreement:.0f}% of tokens"
-    assert page.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
-    assert page.verdict_badge.text() in ("WITHIN BUDGET", "OVER BUDGET")
-    assert (page.verdict_badge.text() == "WITHIN BUDGET") == run.within(page.budget.value())
+    assert page.run_step.table.item(6, 1).text() == f"{100 * run.quant.top1_agreement:.0f}% of tokens"
+    assert page.run_step.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
+    assert page.run_step.verdict_badge.text() in ("WITHIN BUDGET", "OVER BUDGET")
+    assert (page.run_step.verdict_badge.text() == "WITHIN BUDGET") == run.within(page.budget.value())
     assert (runs_dir() / run.out_dir.rsplit("/", 1)[-1] / "npu_quant.json").is_file()
     # kept in the history; the same combination is recognised as measured
-    assert page.history.rowCount() == 1
-    assert page.known_label.text() == ""  # just measured, not "already"
+    assert page.run_step.history.rowCount() == 1
+    assert page.run_step.known_label.text() == ""  # just measured, not "already"
     page._fresh_key, page.run = None, None  # a later session: the stored result is offered
-    page.table.clearContents()
+    page.run_step.table.clearContents()
     page._options_changed()
-    assert page.known_label.text().startswith("Already measured")
-    assert page.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
+    assert page.run_step.known_label.text().startswith("Already measured")
+    assert page.run_step.table.item(4, 2).text() == f"{run.ppl_delta_pct:+.2f}%"
 
     # auto-loaded next to the float model, and it answers in the chat
     name = "demo-w8a8-dynamic"
     qtbot.waitUntil(lambda: page.loaded_variant == name, timeout=WAIT_MS)
-    assert name in model_names(window) and "Loaded as" in page.save_status.text()
+    assert name in model_names(window) and "Loaded as" in page.run_step.save_status.text()
     info = next(m for m in window.ctx.engine_host.models() if m.name == name)
     assert info.quantization == "w8a8-dynamic"
     chat = window.page("chat")
@@ -122,12 +122,12 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     dest = tmp_path / "ms"
     assert page.save_as("msmodelslim", str(dest)) is not None
     _wait(qtbot, page)
-    assert (dest / "quant_model_description.json").is_file(), page.save_status.text()
-    assert "Saved msmodelslim" in page.save_status.text()
+    assert (dest / "quant_model_description.json").is_file(), page.run_step.save_status.text()
+    assert "Saved msmodelslim" in page.run_step.save_status.text()
 
 
 def test_cancel_during_calibration_writes_nothing(window, tmp_path, qtbot):
-    from npu_console.console.pages.quant_work import QuantRunStore, runs_dir
+    from npu_console.console.quant_runs import QuantRunStore, runs_dir
 
     page = window.page("quantize")
     before = {p.name for p in runs_dir().iterdir()} if runs_dir().exists() else set()
@@ -141,7 +141,7 @@ def test_cancel_during_calibration_writes_nothing(window, tmp_path, qtbot):
     def on_progress(_f, message):
         stages.append(message)
         if message.startswith("calibrating") and not page.job.cancel_event.is_set():
-            qtbot.mouseClick(page.run_progress.cancel_btn, Qt.LeftButton)
+            qtbot.mouseClick(page.run_step.run_progress.cancel_btn, Qt.LeftButton)
 
     job = page.start_run()
     assert job is not None
@@ -154,7 +154,7 @@ def test_cancel_during_calibration_writes_nothing(window, tmp_path, qtbot):
                                    for s in stages)
     done, total = calib_steps[-1].split()[-1].split("/")
     assert int(done) < int(total)
-    assert "Nothing was written" in page.run_progress.stage.text()
+    assert "Nothing was written" in page.run_step.run_progress.stage.text()
     after = {p.name for p in runs_dir().iterdir()} if runs_dir().exists() else set()
     assert after == before  # no new folder, no .partial leftovers
     assert len(QuantRunStore().load()) == n_runs
@@ -170,18 +170,18 @@ def test_sensitivity_chart_and_recommended_skip_list(window, calib, qtbot):
     assert job is not None
     _wait(qtbot, page)
     res = page.sensitivity
-    assert res is not None, page.sens_progress.stage.text()
+    assert res is not None, page.sens_step.sens_progress.stage.text()
     assert len(res.ranking) == 4 * 4  # q/k/v/o of 4 layers
     kls = [kl for _n, kl in res.ranking]
     assert kls == sorted(kls, reverse=True)
-    assert len(page.sens_chart.labels) == 16 and page.sens_chart.values == kls[:16]
-    assert page.rec_label.text()
+    assert len(page.sens_step.sens_chart.labels) == 16 and page.sens_step.sens_chart.values == kls[:16]
+    assert page.sens_step.rec_label.text()
     if res.skip:
-        qtbot.mouseClick(page.use_rec_btn, Qt.LeftButton)
+        qtbot.mouseClick(page.sens_step.use_rec_btn, Qt.LeftButton)
         assert page.preset() == "custom"
-        assert res.skip[0] in page.skip_edit.text()
+        assert res.skip[0] in page.method_step.skip_edit.text()
     else:
-        assert res.met and not page.use_rec_btn.isEnabled()
+        assert res.met and not page.sens_step.use_rec_btn.isEnabled()
 
 
 def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_path):
@@ -200,11 +200,11 @@ def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_pat
     without = page.run
     page.set_method("w8a16", "all", int8_head=True)
     page.go(4)
-    assert "int8 lm_head + embeddings" in page.plan_summary.text()
+    assert "int8 lm_head + embeddings" in page.run_step.plan_summary.text()
     assert page.start_run() is not None
     _wait(qtbot, page)
     run = page.run
-    assert run is not None and run.key != without.key, page.run_progress.stage.text()
+    assert run is not None and run.key != without.key, page.run_step.run_progress.stage.text()
     meta = json.loads((Path(run.out_dir) / "npu_quant.json").read_text())
     assert meta["int8_head"] == {"head": "lm_head", "embedding": "model.embed_tokens",
                                  "tied": True}
@@ -212,5 +212,5 @@ def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_pat
     saved = without.quant.memory_bytes - run.quant.memory_bytes
     assert saved == 4096 * 256 * 3 - 4096 * 4
     assert page.save_as("msmodelslim", str(tmp_path / "ms")) is None
-    assert "read in float" in page.save_status.text()
+    assert "read in float" in page.run_step.save_status.text()
     assert not (tmp_path / "ms").exists()

@@ -11,7 +11,7 @@ import pytest
 from fakes.stories_text import sampled_text, write_text_file
 from npu_console.engine.cli.main import main
 from npu_console.engine.quant.calib import Cancelled
-from npu_console.engine.quant.job import QuantizeRequest, run_quantize
+from npu_console.engine.quant.workflow import QuantizeRequest, run_quantize
 
 
 @pytest.fixture(scope="module")

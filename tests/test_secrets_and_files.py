@@ -212,7 +212,7 @@ def kept_aside(path: Path) -> list[Path]:
 
 
 def test_a_damaged_quant_history_is_kept_aside_and_reported(tmp_path):
-    from npu_console.console.pages.quant_work import QuantRunStore
+    from npu_console.console.quant_runs import QuantRunStore
 
     path = tmp_path / "quant_runs.json"
     path.write_text('{"runs": [{"key": "a", ')  # cut off mid-write by an older version

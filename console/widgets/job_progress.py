@@ -64,7 +64,9 @@ class JobProgress(QWidget):
         self._refresh()
 
     def _refresh(self) -> None:
-        if self.job is None or not self.job.running():
+        # once the worker is done the line belongs to the owner's finish() text, even while the
+        # queued ended signal has not arrived yet (a timer tick may come first)
+        if self.job is None or not self.job.running() or self.job.done:
             return
         eta = "" if self.job.cancel_event.is_set() else f" · {fmt_eta(self.job.eta_s())}"
         self.stage.setText(f"{self._message}{eta}")

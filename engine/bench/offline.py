@@ -191,41 +191,33 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
 
 def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
               cancel: threading.Event) -> tuple[Any, tuple[int, int]]:
-    """Quantize the loaded model in memory with engine.quant (the recipe `quantize` uses, default
-    options; w8a8-static calibrates on the shipped calibration text first)."""
+    """Quantize the loaded model in memory through engine.quant's workflow (the plain recipe
+    with default options, no export; w8a8-static calibrates on the shipped calibration text)."""
     try:
-        from npu_console.engine.quant import calib as calib_mod
-        from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
-        from npu_console.engine.quant.config import QuantConfig, select_layers
+        from npu_console.engine.quant.apply import prepare_for_serving
+        from npu_console.engine.quant.calib import Cancelled
+        from npu_console.engine.quant.workflow import QuantizeRequest, run_workflow
     except ImportError as exc:
         raise BenchError(f"in-memory quantization is not available in this build ({exc}); "
                          "run with --quant none") from None
 
-    def step(stage: str, done: int, total: int) -> None:
-        if progress is not None:
-            progress(Progress(0.05 + 0.05 * done / max(total, 1),
-                              f"{stage} ({method}): {done}/{total}"))
-        if cancel.is_set():
-            raise BenchError("cancelled while quantizing")
+    def on_event(ev) -> None:
+        if progress is not None and ev.step:
+            progress(Progress(0.05 + 0.05 * ev.fraction,
+                              f"{ev.step} ({method}): {ev.done}/{ev.total}"))
 
+    req = QuantizeRequest(model_dir=str(loaded.path), out_dir=None, method=method, recipe="plain",
+                          device=loaded.device, dtype=loaded.dtype)
     try:
-        cfg = QuantConfig(method=method)
-        stats = None
-        if cfg.needs_calibration:
-            samples = calib_mod.build_samples(loaded.tokenizer, calib_mod.read_texts(None),
-                                              cfg.calib_samples, cfg.calib_seq_len)
-            stats = calib_mod.collect_stats(loaded.model, samples,
-                                            select_layers(loaded.model, cfg).quantize,
-                                            progress=step, cancel=cancel)
-        quantize_model(loaded.model, cfg, stats, progress=step, cancel=cancel)
+        run_workflow(req, on_event, cancel, loaded=loaded)
         # count the int8 weights now: serving packs them into kernel caches that are neither
         # parameters nor buffers
         dtype_bytes = next(p for p in loaded.model.parameters()
                            if p.dtype.is_floating_point).element_size()
         counted = decode_bytes_model(loaded.model, dtype_bytes)
         prepare_for_serving(loaded.model)
-    except BenchError:
-        raise
+    except Cancelled:
+        raise BenchError("cancelled while quantizing") from None
     except Exception as exc:  # noqa: BLE001 - QuantError and friends: one line for the user
         raise BenchError(f"quantization failed: {str(exc).splitlines()[0]}") from None
     loaded.quantization = method

@@ -52,17 +52,26 @@ def register(sub) -> None:
 
 
 class _StderrProgress:
+    """StageEvents of the workflow as a few lines on stderr (one per tenth of each step)."""
+
     def __init__(self) -> None:
-        self.last = ("", -1)
+        self.last: tuple = ("", -1)
         self.t0 = time.perf_counter()
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        pct = int(100 * done / max(total, 1))
-        if (stage, pct // 10) == self.last and done != total:
+    def __call__(self, ev) -> None:
+        if ev.step == "evaluate":  # the comparison's own steps: its message, once each
+            key, line = (ev.message.rsplit(" ", 1)[0], 0), ev.message
+        elif ev.step and ev.total:
+            pct = int(100 * ev.done / max(ev.total, 1))
+            key, line = (ev.step, pct // 10), f"{ev.step}: {ev.done}/{ev.total}"
+            if ev.done == ev.total:
+                key = (ev.step, 11)
+        else:
             return
-        self.last = (stage, pct // 10)
-        print(f"[{time.perf_counter() - self.t0:6.1f}s] {stage}: {done}/{total}", file=sys.stderr,
-              flush=True)
+        if key == self.last:
+            return
+        self.last = key
+        print(f"[{time.perf_counter() - self.t0:6.1f}s] {line}", file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
@@ -71,7 +80,7 @@ def run(args) -> int:
     from npu_console.engine.models.loader import ModelLoadError
     from npu_console.engine.quant.calib import Cancelled
     from npu_console.engine.quant.config import QuantError
-    from npu_console.engine.quant.job import QuantizeRequest, run_quantize
+    from npu_console.engine.quant.workflow import QuantizeRequest, run_workflow
 
     skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
     req = QuantizeRequest(model_dir=args.model, out_dir=args.out, method=args.method,
@@ -80,10 +89,10 @@ def run(args) -> int:
                           calib_file=args.calib, samples=args.samples, seq_len=args.seq_len,
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
                           int8_head=args.int8_head, recipe=args.recipe,
-                          budget_pct=args.budget, eval_file=args.eval_data)
+                          budget_pct=args.budget, eval_file=args.eval_data, report=args.report)
     cancel = threading.Event()
     try:
-        result = run_quantize(req, progress=_StderrProgress(), cancel=cancel)
+        result = run_workflow(req, on_event=_StderrProgress(), cancel=cancel)
     except (QuantError, ModelFolderError, ModelLoadError) as exc:
         raise CliError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     except KeyboardInterrupt:
@@ -96,12 +105,8 @@ def run(args) -> int:
           f"{result.float_weight_bytes / 2**20:.1f} MiB -> {result.quant_weight_bytes / 2**20:.1f}"
           f" MiB; wrote {result.out_dir} ({result.fmt}) in {result.seconds:.1f}s", file=sys.stderr)
     _print_recipe(result)
-    if args.report:
-        from npu_console.engine.quant.report import compare_and_write
-
-        compare_and_write(args.model, [result.out_dir], args.report, data=args.eval_data,
-                          dtype=args.dtype, progress=_StderrProgress())
-        print(f"report written to {args.report}", file=sys.stderr)
+    if result.report_files:
+        print(f"report written to {' and '.join(result.report_files)}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict()))
     return 0

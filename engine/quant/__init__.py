@@ -1,7 +1,8 @@
 """INT8 quantization: W8A16, W8A8 dynamic, W8A8 static + SmoothQuant; calibration, sensitivity,
 evaluation and exports (native, compressed-tensors, msModelSlim). No Qt here.
 
-Entry points: `run_quantize(QuantizeRequest, progress, cancel)` for a whole job,
+Entry points: `run_workflow(QuantizeRequest, on_event, cancel)` for a whole job (load,
+calibrate, quantize, export, evaluate, report; engine.quant.workflow),
 `quantize_model(model, QuantConfig, stats)` to quantize a loaded model in place,
 `io.export` / `io.load_quantized` for checkpoints.
 """
@@ -19,9 +20,11 @@ _EXPORTS = {
     "prepare_for_serving": "npu_console.engine.quant.apply",
     "QuantInfo": "npu_console.engine.quant.apply",
     "Cancelled": "npu_console.engine.quant.calib",
-    "QuantizeRequest": "npu_console.engine.quant.job",
-    "QuantizeResult": "npu_console.engine.quant.job",
-    "run_quantize": "npu_console.engine.quant.job",
+    "QuantizeRequest": "npu_console.engine.quant.workflow",
+    "QuantizeResult": "npu_console.engine.quant.workflow",
+    "StageEvent": "npu_console.engine.quant.workflow",
+    "run_workflow": "npu_console.engine.quant.workflow",
+    "run_quantize": "npu_console.engine.quant.workflow",
     "export": "npu_console.engine.quant.io",
     "load_quantized": "npu_console.engine.quant.io",
     "load_quantized_model": "npu_console.engine.quant.io",

@@ -1,0 +1,318 @@
+"""The quantization wizard's model, free of Qt: the user's choices (QuantPlan), turned into a
+request for the one quantization workflow (engine.quant.workflow), its measured result as a
+QuantRun, the verdict text, and the JSON store of earlier runs so nobody re-measures the same
+combination. The Quantize page (console/pages/quantize*.py) is a view over this."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
+
+PRESET_LABELS = {"all": "All linear layers", "attention": "Attention only",
+                 "no-down-proj": "All but down_proj", "custom": "Custom skip list"}
+METHOD_LABELS = {"w8a16": "W8A16 (int8 weights)", "w8a8-dynamic": "W8A8 dynamic",
+                 "w8a8-static": "W8A8 static"}
+EVAL_CTX = 256  # the wizard's perplexity window: quick enough for a laptop CPU
+
+
+@dataclass
+class QuantPlan:
+    model_dir: str
+    model_name: str
+    method: str = "w8a8-dynamic"
+    preset: str = "all"  # one of engine.quant.config.PRESETS, or "custom" (= all + skip)
+    skip: tuple[str, ...] = ()
+    smoothquant: float | None = None
+    calib_file: str | None = None  # None: text the model writes itself (engine.quant.selfcalib)
+    samples: int = 64
+    seq_len: int = 256
+    budget_pct: float = 2.0  # allowed perplexity increase for the verdict
+    eval_tokens: int = 2048
+    eval_prompts: int = 4
+    new_tokens: int = 24
+    int8_head: bool = False  # lm_head and embeddings in int8 too
+    # keep the most sensitive layers float until the measured loss is within budget_pct
+    # (engine.quant.mixed.fit_budget, as `quantize --budget`)
+    fit_budget: bool = False
+
+    @property
+    def engine_preset(self) -> str:
+        return "all" if self.preset == "custom" else self.preset
+
+    @property
+    def needs_calibration(self) -> bool:
+        return True  # the auto recipe calibrates every method (GPTQ rounding for w8a16 too)
+
+    def key(self) -> str:
+        """Identity of the measured combination (budget and display name do not change it)."""
+        ident = {"model": str(Path(self.model_dir).resolve()), "method": self.method,
+                 "preset": self.engine_preset, "skip": sorted(self.skip),
+                 "smoothquant": self.smoothquant,
+                 "calib": (self.calib_file or "shipped") if self.needs_calibration else None,
+                 "samples": self.samples if self.needs_calibration else None,
+                 "seq_len": self.seq_len if self.needs_calibration else None,
+                 "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens],
+                 "recipe": "auto"}
+        if self.int8_head:  # only when set, so that earlier runs keep their keys
+            ident["int8_head"] = True
+        if self.fit_budget:
+            ident["fit_budget"] = self.budget_pct
+        return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+
+    def describe(self) -> str:
+        parts = [METHOD_LABELS.get(self.method, self.method)]
+        if self.smoothquant is not None:
+            parts.append(f"SmoothQuant α={self.smoothquant:g}")
+        parts.append(PRESET_LABELS.get(self.preset, self.preset))
+        if self.skip:
+            parts.append("skip " + ", ".join(self.skip))
+        if self.int8_head:
+            parts.append("int8 lm_head + embeddings")
+        if self.fit_budget:
+            parts.append(f"float layers as needed for {self.budget_pct:g}%")
+        return " · ".join(parts)
+
+    def out_dir(self) -> Path:
+        return runs_dir() / f"{self.model_name}-{self.method}-{self.key()}"
+
+    def request(self, out_dir: str | Path | None = None):
+        """The workflow request: quantize (auto recipe), export natively, measure float vs
+        INT8 on the held-out text with the wizard's sizes."""
+        from npu_console.engine.quant.report import EvalSpec
+        from npu_console.engine.quant.workflow import QuantizeRequest
+
+        text = str(eval_file(self))
+        return QuantizeRequest(
+            model_dir=self.model_dir, out_dir=str(out_dir or self.out_dir()), method=self.method,
+            fmt="native", preset=self.engine_preset, skip=tuple(self.skip),
+            smoothquant=self.smoothquant, calib_file=self.calib_file, samples=self.samples,
+            seq_len=self.seq_len, overwrite=True, int8_head=self.int8_head,
+            budget_pct=self.budget_pct if self.fit_budget else None,
+            eval_file=text if self.fit_budget else None,
+            evaluate=EvalSpec(data=text, max_tokens=self.eval_tokens,
+                              n_prompts=self.eval_prompts, new_tokens=self.new_tokens,
+                              ctx=EVAL_CTX, batch8=False, kl=False))
+
+    def sensitivity_request(self):
+        from npu_console.engine.quant.analysis import SensitivityRequest
+
+        return SensitivityRequest(model_dir=self.model_dir, eval_file=str(eval_file(self)),
+                                  method=self.method, preset=self.engine_preset,
+                                  skip=tuple(self.skip), smoothquant=self.smoothquant,
+                                  calib_file=self.calib_file, samples=self.samples,
+                                  seq_len=self.seq_len, budget_pct=self.budget_pct,
+                                  eval_tokens=self.eval_tokens)
+
+
+@dataclass
+class VariantMeasure:
+    name: str
+    method: str  # "float" or the quantization method
+    disk_bytes: int
+    memory_bytes: int  # resident weights (int8 + scales + float parts)
+    ttft_ms: float
+    tok_s: float  # batch-1 greedy decode
+    perplexity: float
+    greedy_agreement: float | None = None  # vs the float model; None for the float row
+    top1_agreement: float | None = None  # teacher-forced on the float model's continuation
+
+    @classmethod
+    def from_row(cls, row) -> VariantMeasure:
+        """From an engine.quant.report.VariantRow."""
+        return cls(name=row.name, method=row.method, disk_bytes=row.disk_bytes,
+                   memory_bytes=row.weight_bytes, ttft_ms=row.ttft_ms, tok_s=row.tok_s_b1,
+                   perplexity=row.perplexity, greedy_agreement=row.greedy_agreement,
+                   top1_agreement=row.top1_agreement)
+
+
+@dataclass
+class QuantRun:
+    key: str
+    plan: dict
+    created: str
+    out_dir: str
+    fmt: str
+    seconds: float
+    quantized_layers: int
+    skipped_layers: int
+    calib_samples: int
+    float: VariantMeasure
+    quant: VariantMeasure
+    eval_source: str
+    calibration: str = ""  # which calibration text was used ("" in runs saved before)
+    kept_float: dict = field(default_factory=dict)  # layer -> why it stayed float
+    int8_weight_fraction: float | None = None  # of the linear layers' weights
+    budget_note: str = ""  # why a budget could not be met
+
+    @property
+    def ppl_delta_pct(self) -> float:
+        return 100.0 * (self.quant.perplexity / self.float.perplexity - 1.0)
+
+    def within(self, budget_pct: float) -> bool:
+        return self.ppl_delta_pct <= budget_pct
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> QuantRun:
+        d = dict(d)
+        d["float"] = VariantMeasure(**d["float"])
+        d["quant"] = VariantMeasure(**d["quant"])
+        return cls(**d)
+
+    @classmethod
+    def from_result(cls, plan: QuantPlan, result) -> QuantRun:
+        """From the workflow's QuantizeResult (its evaluate stage ran)."""
+        cmp = result.comparison
+        return cls(key=plan.key(), plan=asdict(plan), created=_now(), out_dir=result.out_dir,
+                   fmt=result.fmt, seconds=result.seconds,
+                   quantized_layers=len(result.info.quantized),
+                   skipped_layers=len(result.info.skipped), calib_samples=result.calib_samples,
+                   float=VariantMeasure.from_row(cmp.rows[0]),
+                   quant=VariantMeasure.from_row(cmp.rows[1]), eval_source=cmp.source,
+                   calibration=result.calibration or "none (weights only)",
+                   kept_float=dict(result.kept_float),
+                   int8_weight_fraction=result.int8_weight_fraction,
+                   budget_note=(result.budget or {}).get("why", ""))
+
+
+def run_plan(plan: QuantPlan, on_event=None, cancel: threading.Event | None = None,
+             out_dir: str | Path | None = None) -> QuantRun:
+    """Run the workflow for the wizard's plan. A cancel or an error at any stage leaves no
+    output folder behind (the workflow puts the checkpoint in place only at the end)."""
+    from npu_console.engine.quant.workflow import run_workflow
+
+    return QuantRun.from_result(plan, run_workflow(plan.request(out_dir), on_event, cancel))
+
+
+def run_sensitivity(plan: QuantPlan, on_event=None, cancel: threading.Event | None = None):
+    from npu_console.engine.quant.analysis import run_sensitivity as analyse
+
+    return analyse(plan.sensitivity_request(), on_event, cancel)
+
+
+def export_run(run: QuantRun, fmt: str, dest: str | Path, on_event=None,
+               overwrite: bool = False) -> Path:
+    """Write the run's checkpoint in another format (every export is atomic)."""
+    from npu_console.engine.quant.workflow import reexport
+
+    return reexport(run.out_dir, fmt, str(dest), source_dir=run.plan["model_dir"],
+                    overwrite=overwrite, on_event=on_event)
+
+
+def verdict(run: QuantRun, budget_pct: float) -> tuple[bool, str]:
+    """(within budget, one paragraph) for the wizard: perplexity against the budget, the int8
+    share of linear weights, the layers kept float and the calibration used."""
+    share = ("" if run.int8_weight_fraction is None
+             else f"{run.int8_weight_fraction:.1%} of linear weights int8")
+    kept = (f"{len(run.kept_float)} sensitive layer(s) kept float" if run.kept_float
+            else "no layer kept float for quality")
+    facts = " · ".join(x for x in (share, kept, run.calibration and
+                                   f"calibration: {run.calibration}") if x)
+    if run.within(budget_pct):
+        return True, (f"Perplexity {run.ppl_delta_pct:+.2f}% vs float (budget {budget_pct:g}%)"
+                      f", agreement {_agreement_text(run.quant)}, weights "
+                      f"{run.quant.memory_bytes / max(run.float.memory_bytes, 1):.0%} of float."
+                      f" {facts}.")
+    why = run.budget_note or ("turn on \"keep sensitive layers float to meet the budget\", "
+                              "skip layers (step 4) or try W8A16")
+    return False, (f"Perplexity {run.ppl_delta_pct:+.2f}% vs float exceeds the {budget_pct:g}% "
+                   f"budget ({facts}): {why}.")
+
+
+def _agreement_text(q: VariantMeasure) -> str:
+    text = f"{100 * (q.greedy_agreement or 0):.0f}% greedy"
+    if q.top1_agreement is not None:
+        text += f" · {100 * q.top1_agreement:.0f}% top-1"
+    return text
+
+
+def recipe_rows(run: QuantRun) -> list[tuple[str, str, str]]:
+    """Extra rows of the float-vs-INT8 table: int8 share, layers kept float, calibration."""
+    share = ("—" if run.int8_weight_fraction is None
+             else f"{run.int8_weight_fraction:.1%}")
+    kept = f"{len(run.kept_float)}" + (f" (+{run.skipped_layers - len(run.kept_float)} by "
+                                       "preset/skip)" if run.skipped_layers > len(run.kept_float)
+                                       else "")
+    return [("0%", share, ""), ("all", kept, ""), ("—", run.calibration or "—", "")]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def default_eval_file() -> Path | None:
+    """Held-out text when the project ships it, else the calibration text."""
+    from npu_console.engine.paths import CALIB_DIR
+
+    for name in ("heldout_demo.txt", "calibration.txt"):
+        if (CALIB_DIR / name).is_file():
+            return CALIB_DIR / name
+    return None
+
+
+def eval_file(plan: QuantPlan) -> Path:
+    from npu_console.engine.quant.config import QuantError
+
+    path = default_eval_file()
+    if path is None and plan.calib_file:
+        path = Path(plan.calib_file)
+    if path is None:
+        raise QuantError("no evaluation text: the shipped calibration text is missing; choose a "
+                         "calibration file on the Calibration step")
+    return path
+
+
+def calib_summary(path: str | None) -> tuple[int, int]:
+    """(documents, words) of a calibration file; raises QuantError with a one-line reason."""
+    from npu_console.engine.quant.calib import read_texts
+
+    if path is not None and Path(path).is_file() and Path(path).stat().st_size > 200 * 2**20:
+        from npu_console.engine.quant.config import QuantError
+
+        raise QuantError(f"{path} is larger than 200 MB; pick a smaller calibration file")
+    texts = read_texts(path)
+    return len(texts), sum(len(t.split()) for t in texts)
+
+
+def runs_dir() -> Path:
+    from npu_console.engine.paths import state_dir
+
+    return state_dir() / "quantized"
+
+
+class QuantRunStore:
+    """Earlier runs as one JSON file under the state dir, newest first, one per combination."""
+
+    def __init__(self, path: str | Path | None = None):
+        if path is None:
+            from npu_console.engine.paths import state_dir
+
+            path = state_dir() / "quant_runs.json"
+        self.path = Path(path)
+
+    def load(self) -> list[QuantRun]:
+        # a damaged history is kept aside as quant_runs.json.corrupt-<time> and reported
+        data = load_json(self.path, {}, check=check_runs_history)
+        runs = []
+        for d in data.get("runs", []):
+            try:
+                runs.append(QuantRun.from_dict(d))
+            except (TypeError, KeyError):
+                continue  # a record from an older layout: skip it rather than fail
+        return runs
+
+    def find(self, key: str) -> QuantRun | None:
+        return next((r for r in self.load() if r.key == key), None)
+
+    def add(self, run: QuantRun) -> list[QuantRun]:
+        runs = [run] + [r for r in self.load() if r.key != run.key]
+        atomic_write_json(self.path, {"runs": [r.to_dict() for r in runs]}, indent=1)
+        return runs

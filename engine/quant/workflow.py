@@ -1,0 +1,445 @@
+"""The one quantization workflow: a float model in, an INT8 checkpoint (and optionally its
+measured comparison with the float model and a report) out. The CLI (`npu-console quantize`),
+the console's wizard and `bench offline` all run it; a server can too.
+
+Stages, in this order: load -> calibrate -> quantize -> export -> evaluate -> report.
+The calibrate stage runs when the recipe calibrates, evaluate and report when asked for, and
+export unless the request keeps the model in memory (out_dir None, as the bench does).
+
+Progress leaves as StageEvent dataclasses through one callback (stage, fraction of the whole
+run, one line for a person); a threading.Event cancels, and the run then raises
+engine.runtime.types.Cancelled. Nothing here prints, keeps global state or knows about Qt.
+
+A run is all or nothing: when the evaluation follows the export, the checkpoint is written
+to a hidden folder beside `out_dir` and put in place only after the evaluation, so a cancel or
+an error at any stage leaves `out_dir` as it was (absent, or the earlier model).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npu_console.engine.quant import calib as calib_mod
+from npu_console.engine.quant.apply import QuantInfo, quantize_model
+from npu_console.engine.quant.calib import Cancelled
+from npu_console.engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
+from npu_console.engine.quant.outdir import OutputFolderError, check_replaceable, write_folder
+from npu_console.engine.quant.report import Comparison, EvalSpec, write_report
+
+STAGES = ("load", "calibrate", "quantize", "export", "evaluate", "report")
+# share of the progress bar per stage (the stages a run skips are left out before scaling)
+_WEIGHT = {"load": 1.0, "calibrate": 3.0, "quantize": 4.0, "export": 1.0, "evaluate": 8.0,
+           "report": 0.2}
+# the engine.quant functions' own progress steps -> the workflow stage they belong to
+_STEP_STAGE = {"load": "load", "generate calibration": "calibrate", "calibrate": "calibrate",
+               "smooth": "quantize", "search": "quantize", "quantize": "quantize",
+               "budget": "quantize", "export": "export"}
+_WORDS = {"load": "loading the float model", "calibrate": "calibrating",
+          "generate calibration": "generating calibration text", "smooth": "SmoothQuant",
+          "search": "searching smoothing and clipping", "quantize": "quantizing layers",
+          "budget": "fitting the budget", "export": "writing", "report": "writing the report"}
+
+
+@dataclass(frozen=True)
+class StageEvent:
+    stage: str  # one of STAGES
+    fraction: float  # of the whole run, 0..1, never decreasing
+    message: str  # one line for a person, e.g. "calibrating 3/64"
+    step: str = ""  # the inner step ("calibrate", "search", "perplexity float", ...)
+    done: int = 0
+    total: int = 0
+
+
+EventFn = Callable[[StageEvent], None]
+
+
+@dataclass
+class QuantizeRequest:
+    model_dir: str
+    out_dir: str | None  # None: keep the quantized model in memory (result.model), no export
+    method: str = "w8a8-dynamic"
+    fmt: str = "native"
+    preset: str = "all"
+    skip: tuple[str, ...] = ()
+    smoothquant: float | None = None
+    group_size: int = 0
+    calib_file: str | None = None  # None: "auto" samples the model's own text; "plain" the
+    samples: int = 64  # shipped calibration set
+    seq_len: int = 256
+    device: str = "cpu"
+    dtype: str = "float32"
+    overwrite: bool = False
+    int8_head: bool = False
+    # "auto": the searched recipe (engine.quant.auto: own-text calibration, per-input
+    # SmoothQuant and clipping, error-compensating rounding, layers kept float as needed);
+    # "plain": one global alpha, min-max ranges, round to nearest, calibration only when the
+    # method needs it (the shipped text unless calib_file)
+    recipe: str = "auto"
+    budget_pct: float | None = None  # keep layers float until perplexity is within this
+    eval_file: str | None = None  # held-out text for the budget and perplexity_change_pct
+    evaluate: EvalSpec | None = None  # measure float vs the written checkpoint
+    report: str | None = None  # write the comparison as REPORT.md and REPORT.json
+
+    def config(self) -> QuantConfig:
+        return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
+                           group_size=self.group_size, smoothquant=self.smoothquant,
+                           calib_samples=self.samples, calib_seq_len=self.seq_len,
+                           int8_head=self.int8_head)
+
+    def stages(self) -> tuple[str, ...]:
+        plain_no_calib = self.recipe == "plain" and not self.config().needs_calibration
+        skip = {"calibrate"} if plain_no_calib else set()
+        if self.out_dir is None:
+            skip.add("export")
+        if self.evaluation() is None:
+            skip.add("evaluate")
+        if self.report is None:
+            skip.add("report")
+        return tuple(s for s in STAGES if s not in skip)
+
+    def evaluation(self) -> EvalSpec | None:
+        if self.evaluate is None and self.report is not None:
+            return EvalSpec(data=self.eval_file)
+        return self.evaluate
+
+
+@dataclass
+class QuantizeResult:
+    out_dir: str | None
+    fmt: str
+    info: QuantInfo
+    seconds: float
+    calib_samples: int
+    float_weight_bytes: int
+    quant_weight_bytes: int
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    calibration: str | None = None  # which calibration text was used
+    int8_weight_fraction: float = 1.0  # of the linear layers' weights
+    kept_float: dict[str, str] = field(default_factory=dict)  # layer -> why
+    float_perplexity: float | None = None  # on eval_file, when given
+    quant_perplexity: float | None = None
+    budget: dict | None = None
+    comparison: Comparison | None = None  # the evaluate stage's float-vs-INT8 rows
+    report_files: list[str] = field(default_factory=list)
+    model: Any = None  # the quantized model, only when out_dir is None
+
+    @property
+    def perplexity_change_pct(self) -> float | None:
+        if self.float_perplexity is None or self.quant_perplexity is None:
+            return None
+        return 100.0 * (self.quant_perplexity / self.float_perplexity - 1.0)
+
+    def to_dict(self) -> dict:
+        return {"out_dir": self.out_dir, "format": self.fmt, "seconds": round(self.seconds, 2),
+                "calib_samples": self.calib_samples, "float_weight_bytes": self.float_weight_bytes,
+                "quant_weight_bytes": self.quant_weight_bytes,
+                "stages": {k: round(v, 2) for k, v in self.stages.items()},
+                "calibration": self.calibration,
+                "int8_weight_fraction": round(self.int8_weight_fraction, 4),
+                "kept_float": self.kept_float, "float_perplexity": self.float_perplexity,
+                "quant_perplexity": self.quant_perplexity,
+                "perplexity_change_pct": self.perplexity_change_pct, "budget": self.budget,
+                **self.info.to_dict()}
+
+
+class StageTracker:
+    """Turns the engine.quant functions' (step, done, total) calls into StageEvents with a
+    run-wide, never decreasing fraction, and checks the cancel flag at every one."""
+
+    def __init__(self, stages: tuple[str, ...], on_event: EventFn | None,
+                 cancel: threading.Event, weights: dict[str, float] = _WEIGHT,
+                 step_stage: dict[str, str] = _STEP_STAGE):
+        total = sum(weights[s] for s in stages)
+        self.span: dict[str, tuple[float, float]] = {}
+        lo = 0.0
+        for s in stages:
+            self.span[s] = (lo / total, (lo + weights[s]) / total)
+            lo += weights[s]
+        self.order, self.step_stage = stages, step_stage
+        self.on_event, self.cancel = on_event, cancel
+        self.stage, self.fraction = stages[0], 0.0
+        self.started: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+    def enter(self, stage: str, message: str) -> None:
+        """Start `stage` (a later one than the current; an earlier name is ignored)."""
+        if stage not in self.span or self.order.index(stage) < self.order.index(self.stage):
+            return
+        if stage != self.stage or stage not in self.started:
+            now = time.perf_counter()
+            if self.stage in self.started and self.stage not in self.seconds:
+                self.seconds[self.stage] = now - self.started[self.stage]
+            self.stage = stage
+            self.started[stage] = now
+            self._emit(self.span[stage][0], message, "", 0, 0)
+
+    def step(self, step: str, done: int, total: int) -> None:
+        stage = self.step_stage.get(step, self.stage)
+        if stage != self.stage:
+            self.enter(stage, _WORDS.get(stage, stage))
+        lo, hi = self.span[self.stage]
+        words = _WORDS.get(step, step)
+        self._emit(lo + (hi - lo) * done / max(total, 1), f"{words} {done}/{total}", step, done,
+                   total)
+        self.check()
+
+    def measure(self, fraction: float, message: str) -> None:
+        """engine.quant.report.compare's progress, inside the evaluate stage."""
+        lo, hi = self.span["evaluate"]
+        self._emit(lo + (hi - lo) * fraction, f"measuring {message}", "evaluate", 0, 0)
+
+    def finish(self) -> dict[str, float]:
+        now = time.perf_counter()
+        if self.stage in self.started and self.stage not in self.seconds:
+            self.seconds[self.stage] = now - self.started[self.stage]
+        self._emit(1.0, "done", "", 1, 1)
+        return self.seconds
+
+    def _emit(self, fraction: float, message: str, step: str, done: int, total: int) -> None:
+        self.fraction = max(self.fraction, min(1.0, fraction))
+        if self.on_event is not None:
+            self.on_event(StageEvent(self.stage, self.fraction, message, step, done, total))
+
+
+def load_float(model_dir: str, device: str, dtype: str, cancel: threading.Event | None = None
+               ) -> Any:
+    """The engine's LoadedModel of a float model folder or GGUF file (one-line QuantErrors)."""
+    from npu_console.engine.models.gguf import GgufError, gguf_file_of
+    from npu_console.engine.models.loader import load_model
+
+    path = Path(model_dir)
+    if not path.exists():
+        raise QuantError(f"model not found: {path} (no such folder or file)")
+    try:
+        is_gguf = gguf_file_of(path) is not None
+    except GgufError as exc:
+        raise QuantError(str(exc)) from None
+    if not is_gguf and not (path / "config.json").is_file():
+        raise QuantError(f"{path} is not a model folder (no config.json) nor a GGUF file")
+    from npu_console.engine.quant.io import detect_format
+
+    if detect_format(path) is not None:
+        raise QuantError(f"{path} is already quantized; quantize the float model")
+    return load_model(path, device=device, dtype=dtype, cancel=cancel)
+
+
+def load_float_model(model_dir: str, device: str, dtype: str) -> tuple[Any, Any]:
+    """Model + tokenizer through the engine's loader (its errors are already user-facing)."""
+    loaded = load_float(model_dir, device, dtype)
+    return loaded.model, loaded.tokenizer
+
+
+def _check_request(req: QuantizeRequest) -> QuantConfig:
+    """Every check that needs no model, before any heavy work."""
+    from npu_console.engine.quant.auto import check_budget
+
+    cfg = req.config()  # validates method / preset / alpha
+    if req.fmt not in FORMATS:
+        raise QuantError(f"unknown format {req.fmt!r}; choose one of {', '.join(FORMATS)}")
+    if req.fmt == "compressed-tensors" and req.method == "w8a16":
+        raise QuantError("compressed-tensors export is for w8a8-dynamic / w8a8-static; use "
+                         "--format native or msmodelslim for w8a16")
+    if req.int8_head and req.fmt != "native":
+        raise QuantError(f"--int8-head is written only in the native format ({req.fmt} readers "
+                         "keep lm_head and embeddings in float)")
+    if req.out_dir is None and req.evaluation() is not None:
+        raise QuantError("the evaluation measures the written checkpoint: give an output folder")
+    if req.out_dir is not None:
+        try:  # --overwrite replaces only a model folder or an empty one
+            check_replaceable(Path(req.out_dir), req.overwrite)
+        except OutputFolderError as exc:
+            raise QuantError(str(exc)) from None
+    if req.recipe not in ("auto", "plain"):
+        raise QuantError(f"unknown recipe {req.recipe!r}; choose auto or plain")
+    check_budget(req.budget_pct)
+    if req.budget_pct is not None and req.recipe != "auto":
+        raise QuantError("--budget needs the auto recipe")
+    for extra in (req.eval_file,) + ((req.calib_file,) if req.recipe == "auto" else ()):
+        if extra is not None and not Path(extra).is_file():
+            raise QuantError(f"file not found: {extra}")
+    if req.evaluation() is not None:
+        req.evaluation().check()
+    return cfg
+
+
+def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
+                 cancel: threading.Event | None = None, loaded: Any = None) -> QuantizeResult:
+    """Run the stages of `req`. `loaded`: a LoadedModel of req.model_dir already in memory
+    (quantized in place; the bench passes the model it serves). Raises QuantError (one line)
+    for bad input, Cancelled when `cancel` was set; either way no output folder is left."""
+    t0 = time.perf_counter()
+    cancel = cancel or threading.Event()
+    cfg = _check_request(req)
+    ev = StageTracker(req.stages(), on_event, cancel)
+    texts = (calib_mod.read_texts(req.calib_file)
+             if cfg.needs_calibration and req.recipe == "plain" else None)
+    ev.enter("load", _WORDS["load"])
+    ev.step("load", 0, 1)
+    if loaded is None:
+        loaded = load_float(req.model_dir, req.device, req.dtype, cancel)
+    elif getattr(loaded, "quantization", None):
+        raise QuantError(f"{loaded.name} is already quantized ({loaded.quantization})")
+    _check_device(req, cfg, loaded.model)
+    from npu_console.engine.quant.evaluate import weight_bytes
+
+    float_bytes = weight_bytes(loaded.model)
+    ev.step("load", 1, 1)
+    if req.recipe == "auto":
+        out = _auto(req, cfg, loaded, ev, cancel)
+    else:
+        out = _plain(req, cfg, loaded, texts, ev, cancel)
+    result = QuantizeResult(out_dir=req.out_dir, fmt=req.fmt, info=out["info"], seconds=0.0,
+                            calib_samples=out["calib_samples"], float_weight_bytes=float_bytes,
+                            quant_weight_bytes=weight_bytes(out["model"]),
+                            calibration=out["calibration"],
+                            int8_weight_fraction=out["int8_weight_fraction"],
+                            kept_float=out.get("kept_float", {}),
+                            float_perplexity=out.get("float_ppl"),
+                            quant_perplexity=out.get("quant_ppl"), budget=out.get("budget"))
+    if req.out_dir is None:
+        result.model = out["model"]
+    else:
+        source_dir = getattr(loaded, "files_dir", None) or req.model_dir
+        written = _export(req, out.pop("model"), source_dir, ev)
+        loaded = None  # the evaluation loads both models afresh, as the engine will
+        if written != Path(req.out_dir).absolute():
+            _measure_and_commit(req, written, result, ev, cancel)
+    result.stages = ev.finish()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def run_quantize(req: QuantizeRequest, progress: Callable[[str, int, int], None] | None = None,
+                 cancel: threading.Event | None = None) -> QuantizeResult:
+    """run_workflow with the older callback: progress(step, done, total) for each inner step
+    ("load", "calibrate", "search", "quantize", "export", ...)."""
+    def on_event(e: StageEvent) -> None:
+        if progress is not None and e.step and e.total:
+            progress(e.step, e.done, e.total)
+    return run_workflow(req, on_event, cancel)
+
+
+def _check_device(req: QuantizeRequest, cfg: QuantConfig, model: Any) -> None:
+    if not req.device.startswith("npu"):
+        return
+    import torch
+    from npu_console.engine.kernels.npu import check_supported
+
+    for name in select_layers(model, cfg).quantize:
+        lin = model.get_submodule(name)
+        check_supported(cfg.method, getattr(torch, req.dtype), lin.in_features,
+                        lin.out_features)
+
+
+def _plain(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, texts: list[str] | None,
+           ev: StageTracker, cancel: threading.Event) -> dict:
+    from npu_console.engine.quant.mixed import int8_fraction
+
+    model, stats, n = loaded.model, None, 0
+    if cfg.needs_calibration:
+        ev.enter("calibrate", "preparing calibration samples")
+        samples = calib_mod.build_samples(loaded.tokenizer, texts, cfg.calib_samples,
+                                          cfg.calib_seq_len)
+        n = len(samples)
+        stats = calib_mod.collect_stats(model, samples, select_layers(model, cfg).quantize,
+                                        progress=ev.step, cancel=cancel)
+    ev.enter("quantize", _WORDS["quantize"])
+    info = quantize_model(model, cfg, stats, progress=ev.step, cancel=cancel)
+    names = set(info.quantized) | set(info.skipped)
+    params = {k: m.weight.numel() for k, m in model.named_modules() if k in names}
+    source = (f"file {Path(req.calib_file).name}" if req.calib_file
+              else "shipped calibration text")
+    return {"info": info, "model": model, "calib_samples": n,
+            "calibration": source if n else None,
+            "int8_weight_fraction": int8_fraction(params, info.quantized)}
+
+
+def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
+          cancel: threading.Event) -> dict:
+    from npu_console.engine.quant.auto import calibration_samples, run_auto
+
+    ev.enter("calibrate", "preparing calibration samples")
+    samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,
+                                          req.samples, req.seq_len, loaded.files_dir, ev.step,
+                                          cancel)
+    ev.check()
+    res = run_auto(loaded.model, loaded.tokenizer, cfg, samples, source, req.budget_pct,
+                   req.eval_file, progress=ev.step, cancel=cancel)
+    return {"info": res.info, "model": res.model, "calib_samples": res.calib_samples,
+            "calibration": source, "int8_weight_fraction": res.int8_weight_fraction,
+            "kept_float": res.kept_float, "float_ppl": res.float_ppl,
+            "quant_ppl": res.quant_ppl, "budget": res.budget}
+
+
+def _export(req: QuantizeRequest, model: Any, source_dir: str, ev: StageTracker) -> Path:
+    """Write the checkpoint: to out_dir (atomically), or, when an evaluation follows, to a
+    hidden folder beside it that replaces out_dir only once the evaluation is done."""
+    from npu_console.engine.quant.io import export
+
+    out = Path(req.out_dir).absolute()
+    staged = (out if req.evaluation() is None
+              else out.parent / f".{out.name}.staged-{uuid.uuid4().hex[:8]}")
+    ev.enter("export", _WORDS["export"])
+    ev.step("export", 0, 1)
+    export(model, staged, req.fmt, source_dir=source_dir,
+           overwrite=req.overwrite if staged == out else False)
+    try:
+        ev.step("export", 1, 1)  # checks the cancel flag
+    except Cancelled:
+        if staged != out:
+            shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return staged
+
+
+def _measure_and_commit(req: QuantizeRequest, staged: Path, result: QuantizeResult,
+                        ev: StageTracker, cancel: threading.Event) -> None:
+    from npu_console.engine.quant.report import compare
+
+    out = Path(req.out_dir).absolute()
+    spec = req.evaluation()
+    try:
+        ev.enter("evaluate", "measuring float and INT8")
+        result.comparison = compare(req.model_dir, [str(staged)], spec, req.dtype,
+                                    progress=ev.measure, cancel=cancel, names=[out.name])
+        ev.check()
+        write_folder(out, req.overwrite, lambda tmp: _move_into(staged, tmp))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    if req.report is not None:  # the checkpoint is in place: a cancel now changes nothing
+        ev.enter("report", _WORDS["report"])
+        md, js = write_report(result.comparison.rows, req.report,
+                              {"data": spec.data, "tokens": result.comparison.tokens,
+                               "dtype": req.dtype})
+        result.report_files = [str(md), str(js)]
+
+
+def _move_into(src: Path, dest: Path) -> None:
+    for p in src.iterdir():
+        os.replace(p, dest / p.name)
+
+
+def reexport(quant_dir: str, fmt: str, dest: str, source_dir: str | None = None,
+             overwrite: bool = False, on_event: EventFn | None = None) -> Path:
+    """Write a quantized checkpoint in another format (the export stage on its own; atomic)."""
+    from npu_console.engine.quant.io import export, load_quantized_model
+
+    ev = StageTracker(("load", "export"), on_event, threading.Event())
+    ev.enter("load", f"loading {Path(quant_dir).name}")
+    model = load_quantized_model(quant_dir, "cpu", "float32")
+    ev.enter("export", f"writing {fmt}")
+    path = export(model, dest, fmt, source_dir=source_dir, overwrite=overwrite)
+    ev.finish()
+    return path
