@@ -133,50 +133,41 @@ def _tokens(offset: int, text: str) -> list[tuple[int, str]]:
     return [(offset + m.start(), m.group()) for m in _TOKEN_RE.finditer(text)]
 
 
-def _field_of(label: str) -> str | None:
+# a header label's field: the first row whose prefixes it starts with ("npu util" before "npu")
+_CHIP_FIELDS = (
+    (("npu util", "aicore", "ai core", "util"), "aicore"),
+    (("npu",), "npu_id"),
+    (("name",), "name"),
+    (("chip",), "chip_id"),
+    (("device", "phy", "logic"), "device_id"),
+    (("health",), "health"),
+    (("bus",), "bus_id"),
+    (("power",), "power"),
+    (("temp",), "temp"),
+    (("hugepage",), "hugepages"),
+    (("memory",), "memory"),
+    (("hbm",), "hbm"),
+)
+_PROCESS_FIELDS = (
+    (("process id",), "pid"),
+    (("process name",), "name"),
+    (("process memory",), "memory"),
+    (("npu",), "npu_id"),
+    (("chip",), "chip_id"),
+)
+
+
+def _lookup(label: str, table) -> str | None:
     low = label.lower()
-    if low.startswith(("npu util", "aicore", "ai core", "util")):
-        return "aicore"
-    if low.startswith("npu"):
-        return "npu_id"
-    if low.startswith("name"):
-        return "name"
-    if low.startswith("chip"):
-        return "chip_id"
-    if low.startswith(("device", "phy", "logic")):
-        return "device_id"
-    if low.startswith("health"):
-        return "health"
-    if low.startswith("bus"):
-        return "bus_id"
-    if low.startswith("power"):
-        return "power"
-    if low.startswith("temp"):
-        return "temp"
-    if low.startswith("hugepage"):
-        return "hugepages"
-    if low.startswith("memory"):
-        return "memory"
-    if low.startswith("hbm"):
-        return "hbm"
-    return None
+    return next((field for prefixes, field in table if low.startswith(prefixes)), None)
+
+
+def _field_of(label: str) -> str | None:
+    return _lookup(label, _CHIP_FIELDS)
 
 
 def _process_field_of(label: str) -> str | None:
-    low = label.lower()
-    if "container" in low:
-        return "container_pid"
-    if low.startswith("process id"):
-        return "pid"
-    if low.startswith("process name"):
-        return "name"
-    if low.startswith("process memory"):
-        return "memory"
-    if low.startswith("npu"):
-        return "npu_id"
-    if low.startswith("chip"):
-        return "chip_id"
-    return None
+    return "container_pid" if "container" in label.lower() else _lookup(label, _PROCESS_FIELDS)
 
 
 # Header of one cell: the field names it holds, with their offsets.
