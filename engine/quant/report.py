@@ -183,14 +183,3 @@ def compare(float_dir: str, quant_dirs: list[str], spec: EvalSpec = EvalSpec(),
         say(i, 1.0, f"{method}: measured")
     return Comparison(rows=rows, tokens=len(ids),
                       source=Path(spec.data).name if spec.data else "calibration.txt")
-
-
-def compare_and_write(float_dir: str, quant_dirs: list[str], out: str, data: str | None = None,
-                      dtype: str = "float32", max_tokens: int = 4096, n_prompts: int = 8,
-                      progress: Callable[[float, str], None] | None = None,
-                      cancel: threading.Event | None = None) -> list[VariantRow]:
-    """Evaluate the float model and each exported variant on the same text and write the report."""
-    spec = EvalSpec(data=data, max_tokens=max_tokens, n_prompts=n_prompts)
-    result = compare(float_dir, quant_dirs, spec, dtype, progress, cancel)
-    write_report(result.rows, out, {"data": data, "tokens": result.tokens, "dtype": dtype})
-    return result.rows

@@ -235,12 +235,6 @@ def load_float(model_dir: str, device: str, dtype: str, cancel: threading.Event 
     return load_model(path, device=device, dtype=dtype, cancel=cancel)
 
 
-def load_float_model(model_dir: str, device: str, dtype: str) -> tuple[Any, Any]:
-    """Model + tokenizer through the engine's loader (its errors are already user-facing)."""
-    loaded = load_float(model_dir, device, dtype)
-    return loaded.model, loaded.tokenizer
-
-
 def _check_request(req: QuantizeRequest) -> QuantConfig:
     """Every check that needs no model, before any heavy work."""
     from npu_console.engine.quant.auto import check_budget
