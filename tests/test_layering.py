@@ -122,3 +122,21 @@ def test_doctor_reports_the_gui_extra():
         return  # a Qt-free venv (tests/test_qt_free_install.py runs this file there)
     here = check_gui_extra()  # make installs .[gui,dev]
     assert here.status == "ok" and "PySide6 6." in here.detail, here
+
+
+def test_no_test_imports_another_test_module():
+    """What tests share lives in tests/support (helpers) or tests/fakes (stand-ins for parts
+    that cannot exist here), never in another test module."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            offenders += [f"{path.relative_to(tests)}: {n}" for n in names
+                          if n.split(".")[0] in ("tests", "conftest")
+                          or n.split(".")[0].startswith("test_")]
+    assert not offenders

@@ -135,13 +135,10 @@ def test_prefix_reuse_in_place_from_a_finished_slot():
     b = Sequence("b", list(range(1, 11)) + [50, 51], SamplingParams(max_tokens=4))
     s.add(b)
     out = s.schedule()
-    assert a_slot is not None and b.slot == a_slot_of(out, b) == a_slot  # a's slot, in place
+    assert a_slot is not None and a.slot is None  # a gave its slot back
+    assert [it.seq for it in out.prefills] == [b] and b.slot == a_slot  # b took it, in place
     assert b.num_cached == 10 and b.copy_from is None
     assert (out.prefills[0].start, out.prefills[0].num_tokens) == (10, 2)
-
-
-def a_slot_of(out, seq_):
-    return next(it.seq.slot for it in out.prefills if it.seq is seq_)
 
 
 def test_prefix_reuse_copies_from_a_busy_slot_and_keeps_one_token_to_run():
