@@ -172,3 +172,18 @@ def test_bad_requests_fail_before_loading(stories_dir, tmp_path, kw, message):
     with pytest.raises(QuantError, match=message):
         run_workflow(request(stories_dir, tmp_path / "o", **kw), on_event=events.append)
     assert events == [] and not (tmp_path / "o").exists()
+
+
+def test_a_cancel_after_the_last_write_keeps_the_finished_checkpoint(stories_dir, tmp_path):
+    """Without an evaluation the export is the last step: a cancel that arrives as it ends
+    cannot undo it, so the run reports success rather than a cancel with a folder on disk."""
+    cancel = threading.Event()
+
+    def on_event(e: StageEvent) -> None:
+        if e.step == "export" and e.done == 1:
+            cancel.set()
+
+    res = run_workflow(request(stories_dir, tmp_path / "o", method="w8a8-dynamic"),
+                       on_event=on_event, cancel=cancel)
+    assert cancel.is_set() and (tmp_path / "o" / "npu_quant.json").is_file()
+    assert res.out_dir == str(tmp_path / "o")

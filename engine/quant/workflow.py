@@ -185,7 +185,7 @@ class StageTracker:
             self.started[stage] = now
             self._emit(self.span[stage][0], message, "", 0, 0)
 
-    def step(self, step: str, done: int, total: int) -> None:
+    def step(self, step: str, done: int, total: int, check: bool = True) -> None:
         stage = self.step_stage.get(step, self.stage)
         if stage != self.stage:
             self.enter(stage, _WORDS.get(stage, stage))
@@ -193,7 +193,8 @@ class StageTracker:
         words = _WORDS.get(step, step)
         self._emit(lo + (hi - lo) * done / max(total, 1), f"{words} {done}/{total}", step, done,
                    total)
-        self.check()
+        if check:
+            self.check()
 
     def measure(self, fraction: float, message: str) -> None:
         """engine.quant.report.compare's progress, inside the evaluate stage."""
@@ -389,11 +390,11 @@ def _export(req: QuantizeRequest, model: Any, source_dir: str, ev: StageTracker)
     ev.step("export", 0, 1)
     export(model, staged, req.fmt, source_dir=source_dir,
            overwrite=req.overwrite if staged == out else False)
+    # written straight to out_dir, the run is complete: a cancel now changes nothing
     try:
-        ev.step("export", 1, 1)  # checks the cancel flag
+        ev.step("export", 1, 1, check=staged != out)
     except Cancelled:
-        if staged != out:
-            shutil.rmtree(staged, ignore_errors=True)
+        shutil.rmtree(staged, ignore_errors=True)
         raise
     return staged
 
