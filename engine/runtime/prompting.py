@@ -10,7 +10,7 @@ Each thread also remembers its last prompt, so the n choices of one HTTP request
 one after another on one worker thread) render and encode their prompt once, not n times.
 
 Fast tokenizers encode through their Rust backend's `encode_batch_fast` (`encode_batch` before
-tokenizers 0.21), which releases the GIL while it works (its `encode` does not: a 900 KB prompt
+tokenizers 0.20), which releases the GIL while it works (its `encode` does not: a 900 KB prompt
 then held the GIL for a second). Whatever runs after it holds the GIL, and so stalls every other
 stream of the server, measured on a 900 KB prompt (~300,000 tokens): the "fast" variant keeps no
 character offsets, and freeing an encoding with offsets took 40-55 ms; turning the ids into a
