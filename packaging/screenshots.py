@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
     from screenshot_drawer import capture_drawer  # a chip's detail drawer, capture folder
 
     paths += capture_drawer(out, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_remote import capture_remote  # attached to a headless serve (issue 25)
+
+    paths += capture_remote(out, Path(os.environ["NPU_CONSOLE_HOME"]))
     from screenshot_chat_model import capture_chat_model, find_chat_model
 
     chat_model = find_chat_model()  # the real chat model, where `make run` fetched it

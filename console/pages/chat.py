@@ -95,6 +95,8 @@ class ChatPage(Page):
         mrow.addWidget(self.ab_check)
         self.model_b = QComboBox()
         self.model_b.setMinimumWidth(160)
+        for box in (self.model_a, self.model_b):  # "smollm2 @ 10.0.0.5:8000" shown whole
+            box.setSizeAdjustPolicy(QComboBox.AdjustToContents)
         self.model_b.setEnabled(False)
         mrow.addWidget(self.model_b)
         mrow.addStretch(1)

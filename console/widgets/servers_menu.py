@@ -17,9 +17,11 @@ def add_server_actions(file_menu: QMenu, window):
     servers = file_menu.addMenu("Servers")
     servers.aboutToShow.connect(lambda: fill_servers_menu(servers, ctx))
     fill_servers_menu(servers, ctx)
+    # briefly when it worked: a message hides the status bar's "engine: host" while it shows
     ctx.remote.connected.connect(lambda url, error: window.statusBar().showMessage(
         f"⚠ {host_label(url)}: {error}" if error else
-        f"Connected to {host_label(url)}: its models are in Chat and Benchmark", 15_000))
+        f"Connected to {host_label(url)}: its models are in Chat and Benchmark",
+        15_000 if error else 4_000))
     return connect, servers
 
 
