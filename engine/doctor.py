@@ -172,8 +172,8 @@ def check_cpu_kernels() -> Check:
     isa = "AVX512-VNNI" if "avx512_vnni" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
     if info.path is not None:
         return Check("cpu kernels", "ok",
-                     f"native AVX2 kernels for fp32, W8A16 and W8A8 on this {isa} CPU "
-                     f"({info.reason}: {info.path})")
+                     f"native AVX2 kernels for fp32, W8A16 (per-channel or per-group scales) "
+                     f"and W8A8 on this {isa} CPU ({info.reason}: {info.path})")
     fix = ("install a C compiler (apt-get install gcc libc6-dev) for faster fp32 and INT8 decode"
            if "compiler" in info.reason else None)
     return Check("cpu kernels", "warn" if fix else "info",

@@ -63,13 +63,14 @@ def test_native_step_equals_the_pytorch_loop(family):
     assert torch.allclose(native.kv.v, torch_.kv.v, atol=1e-5)
 
 
-def _quantized(method: str):
+def _quantized(method: str, group_size: int = 0):
     from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
     from npu_console.engine.quant.calib import collect_stats
     from npu_console.engine.quant.config import QuantConfig, select_layers
 
     model = wide("qwen2").model
-    cfg = QuantConfig(method=method, smoothquant=0.5 if method == "w8a8-static" else None)
+    cfg = QuantConfig(method=method, smoothquant=0.5 if method == "w8a8-static" else None,
+                      group_size=group_size)
     stats = None
     if cfg.needs_calibration:
         g = torch.Generator().manual_seed(2)
@@ -93,6 +94,19 @@ def test_native_step_runs_int8_layers_like_the_pytorch_loop(method):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
         else:
             assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+@pytest.mark.parametrize("group_size", [32, 128])
+def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(group_size):
+    """Per-group weight scales in the native step (cpu_decode.c hands the group to the W8A16
+    product) against the runner's loop over the same layers."""
+    model = _quantized("w8a16", group_size)
+    out, native, _ = _decode_both(model)
+    layer = native.layers[0].self_attn.q_proj
+    assert layer.group_size == group_size and layer.weight_scale.shape == (256, 256 // group_size)
+    for a, b in out:
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
         assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
@@ -129,9 +143,13 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
     assert "float parts in bfloat16" in reason(tiny("llama").model.to(torch.bfloat16))
     assert "KV cache is not float32" in reason(llama, kv_dtype="bfloat16")
     assert "PyTorch kernels requested" in reason(llama, linear_kernels="torch")
-    grouped = tiny("llama").model
+    grouped = tiny("llama").model  # groups the W8A16 kernel takes plan natively (above);
     quantize_model(grouped, QuantConfig(method="w8a16", group_size=32))
-    assert "per-group" in reason(grouped)
+    assert native_decode.plan_for(BatchedRunner(grouped, num_slots=2, max_len=32))[0] is not None
+    down = grouped.model.layers[1].mlp.down_proj  # others (a loaded checkpoint's) do not
+    grouped.model.layers[1].mlp.down_proj = type(down).from_linear(
+        torch.nn.Linear(down.in_features, down.out_features, bias=False), "w8a16", group_size=16)
+    assert "w8a16 with int8 scales per group of 16 inputs" in reason(grouped)
     pinned = tiny("llama").model
     quantize_model(pinned, QuantConfig(method="w8a16"))
     pinned.model.layers[1].mlp.down_proj.backend = "reference"

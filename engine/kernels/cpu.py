@@ -3,14 +3,16 @@
 * Native AVX2 kernels (cpu_gemm.c via native.py), when they build: W8A16 always (activations
   as 16-bit block floating point, within 2^-15 of each block's largest value, where PyTorch's
   kernel takes bf16; integer products; 1.4-1.7x faster than `_weight_int8pack_mm` at every
-  size measured), and
-  W8A8 on every CPU. On AVX2-only CPUs they are 2.7x faster than fbgemm's nibble split (below)
-  at one row and 4-30 % behind it at 64-256 rows; on an AVX512-VNNI CPU, where fbgemm needs no
-  split, they still decoded SmolLM2-135M 5.7x faster at batch 1 and 1.7-2.4x at batch 8-16
-  (design/MEASURED_2026-12-01.md, section 2). One choice on both CPU types also means one
+  size measured), with per-channel or per-group weight scales (groups of a multiple of 32
+  inputs: one more multiply per 32-value block), and W8A8 on every CPU. On AVX2-only CPUs
+  they are 2.7x faster than fbgemm's nibble split (below) at one row and 4-30 % behind it at
+  64-256 rows; on an AVX512-VNNI CPU, where fbgemm needs no split, they still decoded
+  SmolLM2-135M 5.7x faster at batch 1 and 1.7-2.4x at batch 8-16 (design/MEASURED_2026-12-01.md,
+  section 2). One choice on both CPU types also means one
   decode path for the tests. They read the plain int8 weight, so W8A8 keeps no fbgemm copy.
   Where they do not build (no compiler, no AVX2):
-* W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales). Its
+* W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales;
+  per-group scales run as bf16 products per group, summed in fp32: "torch-grouped"). Its
   fp32-activation variant is ~10x slower than an fp32 GEMM, so fp32 models run this layer with
   bf16 activations (rounding well below the int8 weight error). It needs K % 8 == 0 (it crashes
   otherwise), so other widths are zero-padded.
@@ -78,7 +80,10 @@ class CpuBackend:
 
     def native_for(self, mod) -> bool:
         """Whether mod runs on the native kernels (see the module docstring)."""
-        if mod.group_size or self._use_native is False:
+        if self._use_native is False:
+            return False
+        if mod.group_size and (mod.method != "w8a16"
+                               or not native.group_supported(mod.in_features, mod.group_size)):
             return False
         return native.available()
 

@@ -1,6 +1,6 @@
 /* Whole decode steps of Llama-shaped decoders on CPU: every decoder layer of a step in one call
  * from Python (engine/runtime/native_decode.py), fp32 residual stream and KV cache, with the
- * products on the kernels of cpu_gemm.c (fp32, W8A16, W8A8; any mix).
+ * products on the kernels of cpu_gemm.c (fp32, W8A16 per channel or per group, W8A8; any mix).
  *
  * Why: the products of a batch-1 step of the Qwen2.5-0.5B shape take ~25 ms in int8 (65 in
  * fp32), and the rest of the step - norms, rotary, the KV write, attention, residuals, as
@@ -22,9 +22,9 @@ typedef struct {
     int32_t kind;      /* NPC_* */
     int32_t per_token; /* W8A8: per-token activation scales; else static_scale */
     float static_scale;
-    int32_t pad_;
+    int32_t group;      /* W8A16: inputs per weight-scale group (scale [n, k / group]); 0: [n] */
     const void *w;      /* [n, k] row-major, fp32 or int8 */
-    const float *scale; /* int8: per-output-channel scales [n] */
+    const float *scale; /* int8: per-output-channel scales [n], or per group (above) */
     const float *bias;  /* [n] or NULL */
     int64_t n, k;
 } npc_linear_t;
@@ -66,8 +66,8 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
     } else if (L->kind == NPC_W8A16) {
         const int64_t ldq = blockfloat_ld(K);
         blockfloat_rows(x, M, K, s->q, ldq, s->sx);
-        w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->bias, y, M, N, K,
-                   nthreads);
+        w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
+                   K, nthreads);
     } else {
         const int64_t ldq = (K + 15) / 16 * 16;
         quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);

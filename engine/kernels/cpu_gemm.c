@@ -1,14 +1,15 @@
 /* Matrix products of decode steps for x86 CPUs with AVX2 + FMA, built on first use by
- * native.py: INT8 (W8A16, W8A8) for quantized layers, fp32 for the engine's float layers.
+ * native.py: INT8 (W8A16 with per-channel or per-group weight scales, W8A8) for quantized
+ * layers, fp32 for the engine's float layers.
  *
  * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
  * spends its time (a few rows times a large weight): aten._weight_int8pack_mm streams int8
  * weights at ~10 GB/s where a GEMV gets ~16 here, and fbgemm's u8 x s8 product saturates int16
  * pair sums, so its exact use must split activations into nibbles (two GEMMs' worth of work).
  * MKL's sgemm, for its part, charges 2-16 rows 2-5x what one row costs (npc_f32 below).
- * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16, npc_w8a8_f32 and
- * npc_f32. Both int8 products multiply in integers (vpmaddwd: int16 x int16 pairs summed into
- * int32, which cannot overflow for int8 weights):
+ * Measured: docs/benchmarks.md, "Native AVX2 kernels". Exported: npc_w8a16,
+ * npc_w8a16_grouped, npc_w8a8_f32 and npc_f32. Both int8 products multiply in integers
+ * (vpmaddwd: int16 x int16 pairs summed into int32, which cannot overflow for int8 weights):
  *   - W8A16: activations as 16-bit block floating point (an int16 per value, one power-of-two
  *            scale per 32 values; see blockfloat_rows), summed in int32 per block, then one
  *            fp32 multiply-add per block;
@@ -157,10 +158,12 @@ typedef struct {
     int64_t ldx;
     const int8_t *w;
     const float *sx;        /* W8A8: per-row scales; W8A16: block scales, ldx / QB per row */
-    const float *sw;        /* int8: per-output-channel weight scales */
+    const float *sw;        /* int8: per-output-channel weight scales, or W8A16 per-group ones */
     const float *wf, *bias; /* fp32 product: weights; optional bias (F32, W8A16) */
     float *y;
     int64_t M, N, K;
+    int64_t gb, ng; /* W8A16 per-group scales: activation blocks per group, groups per weight
+                     * row (sw is [N, ng]); gb 0: one scale per output channel */
 } gemm_t;
 
 typedef void (*stream_fn)(const gemm_t *g, int64_t n0, int64_t n1);
@@ -378,6 +381,9 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
 
 /* ---- W8A16: int8 weights x 16-bit block floating point activations -----------------------
  * y[m, n] = sw[n] * sum_b xs[m, b] * (sum_{k in block b} q[m, k] w[n, k]) + bias[n]
+ * or, with per-group weight scales (groups of a whole number of blocks, sw [N, K / group]),
+ * y[m, n] = sum_b xs[m, b] * sw[n, group of b] * (sum_{k in block b} ...) + bias[n]:
+ * the block loop already multiplies once per block, so a group costs one more multiply there.
  *
  * Why not fp32 activations: widening each int8 weight to fp32 took three vector ops per 8
  * weights, so that loop streamed ~13 GB/s per core, less than memory gives each of two cores;
@@ -475,12 +481,29 @@ static float blockfloat_tail(const int16_t *q, const int8_t *w, int64_t k, int64
     return (float)t * scale;
 }
 
+/* Per-group weight scales, walked block by block along a weight row without a division:
+ * the scale of the current block, then on to the next block (gs: this group's scale, left:
+ * blocks left in it). */
+static inline __attribute__((always_inline)) float next_group_scale(const float **gs,
+                                                                     int64_t *left, int64_t gb) {
+    const float s = **gs;
+    if (--*left == 0) {
+        ++*gs;
+        *left = gb;
+    }
+    return s;
+}
+
 /* Few activation rows: one weight row at a time, front to back (see fma_row); two blocks per
- * pass, into alternating accumulators. */
+ * pass, into alternating accumulators. grouped (a constant in each inlined copy): gs holds
+ * the row's per-group scales, gb blocks each, multiplied into each block's activation scale;
+ * else the row's one scale sw multiplies the sum. */
 static inline __attribute__((always_inline)) void
 bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K, float sw,
-       const float *bias, float *y, int64_t ldy, const int mr) {
+       const float *gs, int64_t gb, const float *bias, float *y, int64_t ldy, const int mr,
+       const int grouped) {
     const int64_t nb = ldq / QB;
+    int64_t left = gb;
     __m256 acc[MR][2];
     for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     int64_t k = 0;
@@ -488,46 +511,70 @@ bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t 
         _mm_prefetch((const char *)(w + k + ROW_PF_I8), _MM_HINT_T0);
         const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16), w2 = widen16(w + k + 32),
                       w3 = widen16(w + k + 48);
+        __m256 g0 = _mm256_setzero_ps(), g1 = g0;
+        if (grouped) {
+            g0 = _mm256_set1_ps(next_group_scale(&gs, &left, gb));
+            g1 = _mm256_set1_ps(next_group_scale(&gs, &left, gb));
+        }
         for (int i = 0; i < mr; i++) {
             const int16_t *qi = q + i * ldq + k;
             const float *si = xs + i * nb + k / QB;
-            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi, w0, w1)),
-                                        _mm256_broadcast_ss(si), acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi + QB, w2, w3)),
-                                        _mm256_broadcast_ss(si + 1), acc[i][1]);
+            __m256 s0 = _mm256_broadcast_ss(si), s1 = _mm256_broadcast_ss(si + 1);
+            if (grouped) {
+                s0 = _mm256_mul_ps(s0, g0);
+                s1 = _mm256_mul_ps(s1, g1);
+            }
+            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi, w0, w1)), s0,
+                                        acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi + QB, w2, w3)), s1,
+                                        acc[i][1]);
         }
     }
     if (k + QB <= K) {
         const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16);
+        const float g = grouped ? next_group_scale(&gs, &left, gb) : 1.0f;
         for (int i = 0; i < mr; i++)
             acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(q + i * ldq + k, w0, w1)),
-                                        _mm256_broadcast_ss(xs + i * nb + k / QB), acc[i][0]);
+                                        _mm256_set1_ps(xs[i * nb + k / QB] * g), acc[i][0]);
         k += QB;
     }
+    const float gt = grouped && k < K ? *gs : 1.0f; /* the partial last block's group */
     for (int i = 0; i < mr; i++) {
         float s = hsum_ps(_mm256_add_ps(acc[i][0], acc[i][1]));
-        if (k < K) s += blockfloat_tail(q + i * ldq, w, k, K, xs[i * nb + k / QB]);
-        s *= sw;
+        if (k < K) s += blockfloat_tail(q + i * ldq, w, k, K, xs[i * nb + k / QB] * gt);
+        if (!grouped) s *= sw;
         y[i * ldy] = bias ? s + *bias : s;
     }
 }
 
+#define BF_ROW_CASES(G)                                                                       \
+    switch (mr) {                                                                             \
+    case 1: bf_row(q, ldq, xs, w, K, sw, gs, gb, bias, y, N, 1, G); break;                    \
+    case 2: bf_row(q, ldq, xs, w, K, sw, gs, gb, bias, y, N, 2, G); break;                    \
+    case 3: bf_row(q, ldq, xs, w, K, sw, gs, gb, bias, y, N, 3, G); break;                    \
+    default: bf_row(q, ldq, xs, w, K, sw, gs, gb, bias, y, N, 4, G); break;                   \
+    }
+
+/* gs NULL: per-channel scale sw; else the row's group scales, gb blocks per group */
 static void bf_rows_one(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
-                        float sw, const float *bias, float *y, int mr, int64_t K, int64_t N) {
-    switch (mr) {
-    case 1: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 1); break;
-    case 2: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 2); break;
-    case 3: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 3); break;
-    default: bf_row(q, ldq, xs, w, K, sw, bias, y, N, 4); break;
+                        float sw, const float *gs, int64_t gb, const float *bias, float *y,
+                        int mr, int64_t K, int64_t N) {
+    if (gs) {
+        BF_ROW_CASES(1)
+    } else {
+        BF_ROW_CASES(0)
     }
 }
 
 /* More rows: mr x nr tiles, one block at a time (8 accumulators, 4 widened weight halves, 2
- * activation halves and a scale fill the 16 ymm registers at 4 x 2). */
+ * activation halves and a scale fill the 16 ymm registers at 4 x 2). grouped: gs holds the
+ * tile's rows of per-group scales (ng apart, gb blocks per group), in place of sw. */
 static inline __attribute__((always_inline)) void
 bf_tile(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K,
-        const float *sw, const float *bias, float *y, int64_t ldy, const int mr, const int nr) {
+        const float *sw, const float *gs, int64_t gb, int64_t ng, const float *bias, float *y,
+        int64_t ldy, const int mr, const int nr, const int grouped) {
     const int64_t nb = ldq / QB;
+    int64_t left = gb;
     __m256 acc[MR][2];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
@@ -539,6 +586,8 @@ bf_tile(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t
             wv[j][0] = widen16(w + j * K + k);
             wv[j][1] = widen16(w + j * K + k + 16);
         }
+        const float *gk = gs; /* this block's group, in the tile's first row of scales */
+        if (grouped) next_group_scale(&gs, &left, gb);
         for (int i = 0; i < mr; i++) {
             const int16_t *qi = q + i * ldq + k;
             const __m256i q0 = _mm256_loadu_si256((const __m256i *)qi),
@@ -548,55 +597,78 @@ bf_tile(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t
                 acc[i][j] = _mm256_fmadd_ps(
                     _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(q0, wv[j][0]),
                                                         _mm256_madd_epi16(q1, wv[j][1]))),
-                    si, acc[i][j]);
+                    grouped ? _mm256_mul_ps(si, _mm256_broadcast_ss(gk + j * ng)) : si,
+                    acc[i][j]);
         }
     }
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             float s = hsum_ps(acc[i][j]);
-            if (k < K) s += blockfloat_tail(q + i * ldq, w + j * K, k, K, xs[i * nb + k / QB]);
-            s *= sw[j];
+            if (k < K)
+                s += blockfloat_tail(q + i * ldq, w + j * K, k, K,
+                                     xs[i * nb + k / QB] * (grouped ? gs[j * ng] : 1.0f));
+            if (!grouped) s *= sw[j];
             y[i * ldy + j] = bias ? s + bias[j] : s;
         }
 }
 
-#define BF_CASE(a, b) bf_tile(q, ldq, xs, w, K, sw, bias, y, N, a, b)
+#define BF_CASE(a, b) bf_tile(q, ldq, xs, w, K, sw, gs, gb, ng, bias, y, N, a, b, G)
+#define BF_TILE_CASES                                                                         \
+    switch (mr * 16 + nr) {                                                                   \
+    case 0x11: BF_CASE(1, 1); break; case 0x12: BF_CASE(1, 2); break;                         \
+    case 0x21: BF_CASE(2, 1); break; case 0x22: BF_CASE(2, 2); break;                         \
+    case 0x31: BF_CASE(3, 1); break; case 0x32: BF_CASE(3, 2); break;                         \
+    case 0x41: BF_CASE(4, 1); break; case 0x42: BF_CASE(4, 2); break;                         \
+    }
 
+/* gs NULL: per-channel scales sw; else per-group ones (see bf_tile) */
 static void bf_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
-                    const float *sw, const float *bias, float *y, int mr, int nr, int64_t K,
-                    int64_t N) {
-    switch (mr * 16 + nr) {
-    case 0x11: BF_CASE(1, 1); break; case 0x12: BF_CASE(1, 2); break;
-    case 0x21: BF_CASE(2, 1); break; case 0x22: BF_CASE(2, 2); break;
-    case 0x31: BF_CASE(3, 1); break; case 0x32: BF_CASE(3, 2); break;
-    case 0x41: BF_CASE(4, 1); break; case 0x42: BF_CASE(4, 2); break;
+                    const float *sw, const float *gs, int64_t gb, int64_t ng,
+                    const float *bias, float *y, int mr, int nr, int64_t K, int64_t N) {
+    if (gs) {
+        enum { G = 1 };
+        BF_TILE_CASES
+    } else {
+        enum { G = 0 };
+        BF_TILE_CASES
     }
 }
 
 static void w8a16_stream(const gemm_t *g, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; n++)
-        bf_rows_one(g->q, g->ldx, g->sx, g->w + n * g->K, g->sw[n], g->bias ? g->bias + n : NULL,
+        bf_rows_one(g->q, g->ldx, g->sx, g->w + n * g->K, g->gb ? 1.0f : g->sw[n],
+                    g->gb ? g->sw + n * g->ng : NULL, g->gb, g->bias ? g->bias + n : NULL,
                     g->y + n, (int)g->M, g->K, g->N);
 }
 
 static void w8a16_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) {
     bf_rows(g->q + m0 * g->ldx, g->ldx, g->sx + m0 * (g->ldx / QB), g->w + n0 * g->K,
-            g->sw + n0, g->bias ? g->bias + n0 : NULL, g->y + m0 * g->N + n0, mm, nn, g->K,
-            g->N);
+            g->sw + n0, g->gb ? g->sw + n0 * g->ng : NULL, g->gb, g->ng,
+            g->bias ? g->bias + n0 : NULL, g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
 }
 
-/* the product of rows already in block floating point (blockfloat_rows, ldq = blockfloat_ld) */
+/* Whether W8A16 weight scales per group of `group` inputs fit these kernels: groups of whole
+ * activation blocks that tile the row (0: one scale per output channel). */
+static int w8a16_group_ok(int64_t group, int64_t K) {
+    return group == 0 || (group > 0 && group % QB == 0 && K % group == 0);
+}
+
+/* the product of rows already in block floating point (blockfloat_rows, ldq = blockfloat_ld);
+ * group: 0 for per-channel scales sw [N], else sw is [N, K / group] (w8a16_group_ok) */
 static void w8a16_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
-                       const float *sw, const float *bias, float *y, int64_t M, int64_t N,
-                       int64_t K, int nthreads) {
-    const gemm_t g = {NULL, q, ldq, w, xs, sw, NULL, bias, y, M, N, K};
+                       const float *sw, int64_t group, const float *bias, float *y, int64_t M,
+                       int64_t N, int64_t K, int nthreads) {
+    const gemm_t g = {NULL, q,    ldq, w, xs, sw, NULL, bias, y, M, N, K,
+                      group / QB, group ? K / group : 0};
     run(&g, w8a16_stream, w8a16_tile_at, 2, 2 * ldq, nthreads);
 }
 
 /* The whole W8A16 layer in one call: fp32 rows to block floating point, then the product.
- * Returns 0, or -1 when the scratch rows cannot be allocated. */
-int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
-              int64_t N, int64_t K, int nthreads) {
+ * Returns 0, -1 when the scratch rows cannot be allocated, -2 for a group size the kernels do
+ * not take. */
+int npc_w8a16_grouped(const float *x, const int8_t *w, const float *scale, int64_t group,
+                      float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    if (!w8a16_group_ok(group, K)) return -2;
     const int64_t ldq = blockfloat_ld(K);
     int16_t *q = (int16_t *)malloc((size_t)(M * ldq + 1) * sizeof(int16_t));
     float *xs = (float *)malloc((size_t)(M * (ldq / QB) + 1) * sizeof(float));
@@ -606,8 +678,14 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
         return -1;
     }
     blockfloat_rows(x, M, K, q, ldq, xs);
-    w8a16_rows(q, ldq, xs, w, scale, NULL, y, M, N, K, nthreads);
+    w8a16_rows(q, ldq, xs, w, scale, group, NULL, y, M, N, K, nthreads);
     free(q);
     free(xs);
     return 0;
+}
+
+/* per-channel scales (N,) */
+int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
+              int64_t N, int64_t K, int nthreads) {
+    return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
 }

@@ -117,35 +117,66 @@ def library() -> ctypes.CDLL | None:
     except OSError as exc:
         log.warning("native int8 kernels failed to load (%s); using PyTorch's", exc)
         return None
+    declare(lib)
+    return lib
+
+
+def declare(lib: ctypes.CDLL) -> None:
+    """The exported functions' signatures (also for a test's build with other flags)."""
     lib.npc_w8a16.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16.restype = _INT
+    lib.npc_w8a16_grouped.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64, _INT]
+    lib.npc_w8a16_grouped.restype = _INT
     lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a8_f32.restype = _INT
     lib.npc_f32.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_f32.restype = None
     lib.npc_decode_layers.argtypes = [_P, _P, _P, _I64, _P, _P, _P, _P, _INT]
     lib.npc_decode_layers.restype = _INT
-    return lib
 
 
 def available() -> bool:
     return library() is not None
 
 
-def w8a16(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+BLOCK = 32  # activation values per scale of the W8A16 kernel's 16-bit block floating point
+
+
+def group_supported(in_features: int, group_size: int) -> bool:
+    """Whether the W8A16 kernel takes weight scales per group of `group_size` inputs: groups
+    of whole activation blocks that tile the row (0: one scale per output channel)."""
+    return group_size == 0 or (group_size > 0 and group_size % BLOCK == 0
+                               and in_features % group_size == 0)
+
+
+def _check(rc: int, m: int, k: int, group: int) -> None:
+    if rc == -2:
+        raise ValueError(f"W8A16 group size {group} for {k} inputs: the native kernel takes "
+                         f"multiples of {BLOCK} that divide the input size")
+    if rc:
+        raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
+
+
+def w8a16(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor,
+          group_size: int = 0) -> torch.Tensor:
     """fp32 (M, K) as 16-bit block floating point (cpu_gemm.c) x int8 (N, K) with fp32
-    per-channel scales (N,) -> fp32 (M, N)."""
+    scales, per channel (N,) or, with group_size, per group of inputs (N, K / group_size)
+    -> fp32 (M, N)."""
     x = x.contiguous()
     m, k = x.shape
-    y = torch.empty(m, w.shape[0], dtype=torch.float32)
-    # the kernels take at least one row
-    if m and library().npc_w8a16(x.data_ptr(), w.data_ptr(), scale.data_ptr(), y.data_ptr(),
-                                 m, w.shape[0], k, torch.get_num_threads()):
-        raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
+    n = w.shape[0]
+    want = (n, k // group_size) if group_size else (n,)
+    if group_size and not group_supported(k, group_size):
+        _check(-2, m, k, group_size)
+    if tuple(scale.shape) != want:
+        raise ValueError(f"W8A16 scales of shape {tuple(scale.shape)}, expected {want}")
+    scale = scale.float().contiguous()
+    y = torch.empty(m, n, dtype=torch.float32)
+    if m:  # the kernels take at least one row
+        _check(library().npc_w8a16_grouped(x.data_ptr(), w.data_ptr(), scale.data_ptr(),
+                                           group_size, y.data_ptr(), m, n, k,
+                                           torch.get_num_threads()), m, k, group_size)
     return y
-
-
-BLOCK = 32  # activation values per scale of the W8A16 kernel's 16-bit block floating point
 
 
 def blockfloat16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -202,7 +233,14 @@ def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
     n, k = mod.out_features, mod.in_features
     f32 = torch.float32
     get_threads = torch.get_num_threads
-    if mod.method == "w8a16":
+    if mod.method == "w8a16" and mod.group_size:
+        fn = lib.npc_w8a16_grouped
+        group = mod.group_size
+
+        def call(x2, y, m):
+            _check(fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), group,
+                      y.data_ptr(), m, n, k, get_threads()), m, k, group)
+    elif mod.method == "w8a16":
         fn = lib.npc_w8a16
 
         def call(x2, y, m):

@@ -1,6 +1,7 @@
 """Decode steps of Llama-shaped models on CPU in one native call (npc_decode_layers in
 engine/kernels/cpu_decode.c): norms, q/k/v, rotary, KV write, attention, o, MLP and
-residuals of every layer, with the products on our fp32 / W8A16 / W8A8 kernels.
+residuals of every layer, with the products on our fp32 / W8A16 (per-channel or per-group
+scales) / W8A8 kernels.
 
 Why: in a batch-1 decode step of the Qwen2.5-0.5B shape the work around the products (~45
 PyTorch ops per layer and ~170 Python-to-kernel crossings) cost 15-20 ms on the 2-core test
@@ -28,7 +29,7 @@ MAX_ROWS = 64  # decode rows per step; more (rare) go to the PyTorch path
 
 class _Linear(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("per_token", ctypes.c_int32),
-                ("static_scale", ctypes.c_float), ("pad_", ctypes.c_int32),
+                ("static_scale", ctypes.c_float), ("group", ctypes.c_int32),
                 ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p),
                 ("n", ctypes.c_int64), ("k", ctypes.c_int64)]
 
@@ -66,6 +67,7 @@ def _fp32_cpu(t: torch.Tensor | None, what: str, shape: tuple | None = None) -> 
 def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     """The descriptor of one projection: a plain fp32 nn.Linear, or an int8 layer (the kernels'
     Int8Linear, which engine.quant's QuantLinear is) whose plain int8 weight is kept."""
+    from npu_console.engine.kernels import native
     from npu_console.engine.kernels.int8_linear import Int8Linear
 
     name = type(mod).__name__
@@ -79,18 +81,21 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
         return _Linear(F32, 0, 0.0, 0, _ptr(w), None, _ptr(bias), n, k)
     if not isinstance(mod, Int8Linear):
         raise Unsupported(f"{name} layers have no native kernel")
-    if mod.group_size:
-        raise Unsupported("per-group int8 scales have no native kernel")
+    group = mod.group_size
+    if group and (mod.method != "w8a16" or not native.group_supported(k, group)):
+        raise Unsupported(f"{mod.method} with int8 scales per group of {group} inputs has no "
+                          "native kernel")
     if mod.backend != "auto":  # a test or a user pinned this layer's kernel: honour it
         raise Unsupported(f"an int8 layer is pinned to the {mod.backend!r} backend")
     w = mod.weight
     if w.dtype != torch.int8 or w.device.type != "cpu" or tuple(w.shape) != (n, k) \
             or not w.is_contiguous():
         raise Unsupported("an int8 layer's plain weight is not kept (packed for another kernel)")
-    scale = _fp32_cpu(mod.weight_scale, "an int8 layer's scales", (n,))
+    scale = _fp32_cpu(mod.weight_scale, "an int8 layer's scales",
+                      (n, k // group) if group else (n,))
     keep += [w, scale, bias]
     if mod.method == "w8a16":
-        return _Linear(W8A16, 0, 0.0, 0, _ptr(w), _ptr(scale), _ptr(bias), n, k)
+        return _Linear(W8A16, 0, 0.0, group, _ptr(w), _ptr(scale), _ptr(bias), n, k)
     static = mod.method == "w8a8-static"
     return _Linear(W8A8, 0 if static else 1, float(mod.input_scale.item()) if static else 0.0,
                    0, _ptr(w), _ptr(scale), _ptr(bias), n, k)

@@ -1,0 +1,266 @@
+"""W8A16 with per-group weight scales on the native kernels (engine/kernels/cpu_gemm.c): the
+product against dequantize-then-matmul for groups of 32, 64 and 128 at decode and prefill row
+counts, on this machine's build and on a build for AVX2-only CPUs; the CPU backend's choice and
+what it reports; a group-32 model generating the same greedy tokens on the native path (native
+decode step included) as on PyTorch's; export and load keeping the groups."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+import torch
+from npu_console.engine import kernels
+from npu_console.engine.kernels import cpu, native, qmath
+from npu_console.engine.quant.qlinear import QuantLinear
+from support.models import needs_native
+
+GROUPS = (32, 64, 128)
+# rows x outputs x inputs: 1-4 rows stream weight rows (decode), more go through the tiles
+# (prefill); odd outputs leave partial tiles, 96 and 160 inputs odd block counts
+SHAPES = [(1, 1, 128), (1, 7, 384), (2, 5, 256), (4, 33, 128), (5, 3, 512), (9, 67, 256),
+          (70, 9, 384), (1, 9, 96), (6, 11, 160)]
+
+
+def _case(m, n, k, group, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * 3
+    x[:, 0] *= 20  # an outlier channel
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    # scales spread over two decades, so a group read in the wrong place shows
+    s = torch.logspace(-3, -1, n * (k // group)).reshape(n, k // group)
+    s = s.flatten()[torch.randperm(s.numel(), generator=g)].reshape(n, k // group)
+    return x, w, s
+
+
+def _cases():
+    return [(m, n, k, g) for m, n, k in SHAPES for g in GROUPS if k % g == 0]
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+
+
+def _check_product(y, x, w, s):
+    # on the kernel's own 16-bit activations the math is exact but for fp32 rounding
+    values, scale = native.blockfloat16(x)
+    dequantized = qmath.dequantize_weight(w, s).double()
+    assert _rel(y, (values * scale) @ dequantized.t()) < 1e-6
+    # and against dequantize-then-matmul of the fp32 activations: each activation within half
+    # its block's step (2^-15 of the block's largest value at most), plus fp32 rounding
+    bound = (scale / 2) @ dequantized.abs().t() + 1e-6 * (x.double().abs() @ dequantized.abs().t())
+    assert ((y.double() - x.double() @ dequantized.t()).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("m,n,k,group", _cases())
+def test_grouped_product_matches_dequantize_then_matmul(m, n, k, group):
+    needs_native()
+    x, w, s = _case(m, n, k, group)
+    y = native.w8a16(x, w, s, group)
+    assert y.dtype == torch.float32 and y.shape == (m, n)
+    _check_product(y, x, w, s)
+
+
+def test_groups_of_one_scale_equal_the_per_channel_kernel():
+    needs_native()
+    x, w, _ = _case(9, 13, 256, 64)
+    s = torch.rand(13) + 0.01
+    for group in GROUPS:
+        grouped = native.w8a16(x, w, s[:, None].expand(13, 256 // group).contiguous(), group)
+        assert _rel(grouped, native.w8a16(x, w, s)) < 1e-6  # only fp32 rounding differs
+
+
+def test_grouped_results_do_not_depend_on_threads():
+    needs_native()
+    x, w, s = _case(9, 130, 384, 32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = (native.w8a16(x, w, s, 32), native.w8a16(x[:3], w, s, 32))
+        torch.set_num_threads(2)
+        two = (native.w8a16(x, w, s, 32), native.w8a16(x[:3], w, s, 32))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+
+
+def test_groups_the_kernel_cannot_take_are_refused_clearly():
+    needs_native()
+    x, w, _ = _case(2, 4, 96, 32)
+    with pytest.raises(ValueError, match="multiples of 32 that divide"):
+        native.w8a16(x, w, torch.ones(4, 6), 16)  # not whole 32-value blocks
+    with pytest.raises(ValueError, match="multiples of 32 that divide"):
+        native.w8a16(x, w, torch.ones(4, 1), 64)  # does not tile 96 inputs
+    with pytest.raises(ValueError, match=r"expected \(4, 3\)"):
+        native.w8a16(x, w, torch.ones(4), 32)
+    assert native.group_supported(96, 32) and native.group_supported(96, 0)
+    assert not native.group_supported(96, 64) and not native.group_supported(96, 16)
+
+
+def _avx2_only_build(tmp_path):
+    """The kernels compiled for an AVX2 + FMA CPU without AVX-512 (Haswell), as a CPU of that
+    type builds them: this machine's own build may use AVX-512 encodings for its loops."""
+    flags = native.cpu_flags()
+    if native._unavailable_reason(flags):
+        pytest.skip("not an AVX2 x86-64 CPU")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = tmp_path / "avx2.so"
+    cmd = [cc, *(f if f != "-march=native" else "-march=haswell" for f in native.FLAGS),
+           "-mno-avx512f", "-o", str(out), str(native.SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lib = ctypes.CDLL(str(out))
+    native.declare(lib)
+    return lib
+
+
+@pytest.mark.slow
+def test_an_avx2_only_build_computes_the_same_grouped_products(tmp_path):
+    lib = _avx2_only_build(tmp_path)
+    for m, n, k, group in _cases():
+        x, w, s = _case(m, n, k, group, seed=3)
+        y = torch.empty(m, n)
+        assert lib.npc_w8a16_grouped(x.data_ptr(), w.data_ptr(), s.data_ptr(), group,
+                                     y.data_ptr(), m, n, k, torch.get_num_threads()) == 0
+        _check_product(y, x, w, s)
+    x, w, s = _case(3, 5, 96, 32)
+    assert lib.npc_w8a16_grouped(x.data_ptr(), w.data_ptr(), s.data_ptr(), 64,
+                                 torch.empty(3, 5).data_ptr(), 3, 5, 96, 1) == -2
+
+
+@pytest.fixture(params=["native", "torch"])
+def cpu_path(request, monkeypatch):
+    """The CPU backend on the native kernels, or on PyTorch's own (the fallback)."""
+    if request.param == "native":
+        needs_native()
+    backend = cpu.CpuBackend(use_native=request.param == "native")
+    monkeypatch.setitem(kernels._BACKENDS, "cpu", backend)
+    return request.param
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_grouped_layers_run_where_the_per_channel_ones_do(group, rows, cpu_path):
+    torch.manual_seed(group + rows)
+    lin = torch.nn.Linear(384, 67)
+    x = torch.randn(2, rows, 384)
+    q = QuantLinear.from_linear(lin, "w8a16", group_size=group)
+    assert q.kernel_name() == ("native" if cpu_path == "native" else "torch-grouped")
+    y = q(x)
+    assert y.shape == (2, rows, 67)
+    ref = x.double() @ q.dequantized_weight().double().t() + lin.bias.double()
+    # native: 16-bit block floating point activations; PyTorch's: bf16 ones
+    assert _rel(y, ref) < (1e-4 if cpu_path == "native" else 1e-2)
+    q.release_plain_weight()  # both paths read the plain weight: it stays
+    assert q.weight.numel() == 384 * 67 and torch.equal(q(x), y)
+
+
+def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():
+    needs_native()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(96, 10)
+    x = torch.randn(3, 96)
+    q16 = QuantLinear.from_linear(lin, "w8a16", group_size=16)  # a loaded checkpoint's groups
+    assert q16.kernel_name() == "torch-grouped"
+    assert _rel(q16(x), x.double() @ q16.dequantized_weight().double().t()
+                + lin.bias.double()) < 1e-2
+    assert QuantLinear.from_linear(lin, "w8a16", group_size=32).kernel_name() == "native"
+
+
+@pytest.fixture(scope="module")
+def grouped_export(demo_model_dir, tmp_path_factory):
+    """The demo model quantized w8a16 with groups of 32 (down_proj, 688 inputs, stays float:
+    688 is no multiple of 32), exported in the native format."""
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.quant import io
+    from npu_console.engine.quant.apply import quantize_model
+    from npu_console.engine.quant.config import QuantConfig
+
+    loaded = load_model(demo_model_dir)
+    quantize_model(loaded.model, QuantConfig(method="w8a16", group_size=32,
+                                             skip=("*.down_proj",)))
+    out = io.export(loaded.model, tmp_path_factory.mktemp("g32") / "q", "native",
+                    source_dir=demo_model_dir)
+    return loaded, out
+
+
+def _greedy_hf(model, prompts, n):
+    out = []
+    for p in prompts:
+        with torch.inference_mode():
+            ids = model.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n,
+                                 do_sample=False, eos_token_id=None, pad_token_id=0)
+        out.append(ids[0, len(p):].tolist())
+    return out
+
+
+@pytest.mark.slow
+def test_a_group_32_model_generates_the_same_tokens_natively_and_on_pytorch(grouped_export,
+                                                                             monkeypatch):
+    """The engine runs prefill chunks through the layers' native tile kernels and decode
+    steps as one native call with the grouped products; transformers' generate on PyTorch's
+    grouped product (bf16 activations) and on the exact dequantize-then-matmul oracle gives
+    the same greedy tokens."""
+    needs_native()
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+
+    _, out = grouped_export
+    served = load_model(out)
+    tok = served.tokenizer
+    prompts = [tok.encode(t) for t in ("Hello, how are you?", "The cat sat on",
+                                       "Write a story about a dog", "1 2 3")]
+    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=48))
+    try:
+        info = eng.add_model(served).result(120)
+        handles = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
+            max_tokens=24, temperature=0, ignore_eos=True))) for p in prompts]
+        got = [list(h.result(120).token_ids) for h in handles]
+    finally:
+        eng.shutdown()
+    assert info.int8_kernels == "native" and info.decode_step == "native"
+
+    fallback = load_model(out).model  # fresh layers: none bound to the native kernel yet
+    monkeypatch.setitem(kernels._BACKENDS, "cpu", cpu.CpuBackend(use_native=False))
+    assert {m.kernel_name() for m in fallback.modules()
+            if isinstance(m, QuantLinear)} == {"torch-grouped"}
+    assert _greedy_hf(fallback, prompts, 24) == got
+    for m in fallback.modules():
+        if isinstance(m, QuantLinear):
+            m.backend = "reference"
+    assert _greedy_hf(fallback, prompts, 24) == got
+
+
+@pytest.mark.slow
+def test_exports_keep_the_groups_or_refuse(grouped_export, tmp_path, demo_model_dir):
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.quant import io
+    from npu_console.engine.quant.config import QuantError
+
+    model, out = grouped_export[0].model, grouped_export[1]
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantLinear)}
+    assert layers and {m.group_size for m in layers.values()} == {32}
+    ids = torch.tensor([[1, 50, 300, 7, 1200, 9, 41]])
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits
+    ms = io.export(model, tmp_path / "ms", "msmodelslim", source_dir=demo_model_dir)
+    for path in (out, ms):
+        back = load_model(path).model
+        got = {n: m for n, m in back.named_modules() if isinstance(m, QuantLinear)}
+        assert sorted(got) == sorted(layers)
+        for name, m in got.items():
+            assert m.group_size == 32
+            assert m.kernel_name() == ("native" if native.available() else "torch-grouped")
+            assert torch.equal(m.weight, layers[name].weight)
+            assert torch.equal(m.weight_scale, layers[name].weight_scale)
+        with torch.inference_mode():
+            assert torch.allclose(back(input_ids=ids).logits, want, atol=1e-4)
+    # groups are a w8a16 option, and compressed-tensors takes no w8a16: it says where to go
+    with pytest.raises(QuantError, match="use --format native or msmodelslim for w8a16"):
+        io.export(model, tmp_path / "ct", "compressed-tensors")
+    assert not (tmp_path / "ct").exists()
