@@ -28,6 +28,8 @@ QUANT_CHOICES = ("none", "w8a16", "w8a8-dynamic", "w8a8-static")
 class OfflineConfig:
     model: str
     quant: str = "none"
+    # with --quant: lm_head + embedding in int8, "auto" (engine.quant.head's rule), "on", "off"
+    int8_head: str = "auto"
     device: str = "cpu"
     dtype: str = "float32"
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -46,6 +48,10 @@ class OfflineConfig:
         if self.quant not in QUANT_CHOICES:
             raise BenchError(f"unknown --quant {self.quant!r}; choose one of "
                              f"{', '.join(QUANT_CHOICES)}")
+        if self.int8_head not in ("auto", "on", "off"):
+            raise BenchError(f"unknown --int8-head {self.int8_head!r}; choose auto, on or off")
+        if self.int8_head == "on" and self.quant == "none":
+            raise BenchError("--int8-head on quantizes the head of an int8 model: give --quant")
         if self.bandwidth_gbps is not None and not self.bandwidth_gbps > 0:
             raise BenchError("--bandwidth must be a positive number of GB/s")
 
@@ -190,7 +196,8 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
 
 
 def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
-              cancel: threading.Event) -> tuple[Any, tuple[int, int]]:
+              cancel: threading.Event, int8_head: str = "auto",
+              notes: list[str] | None = None) -> tuple[Any, tuple[int, int]]:
     """Quantize the loaded model in memory through engine.quant's workflow (the plain recipe
     with default options, no export; w8a8-static calibrates on the shipped calibration text)."""
     try:
@@ -207,9 +214,12 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
                               f"{ev.step} ({method}): {ev.done}/{ev.total}"))
 
     req = QuantizeRequest(model_dir=str(loaded.path), out_dir=None, method=method, recipe="plain",
-                          device=loaded.device, dtype=loaded.dtype)
+                          device=loaded.device, dtype=loaded.dtype, int8_head=int8_head)
     try:
-        run_workflow(req, on_event, cancel, loaded=loaded)
+        done = run_workflow(req, on_event, cancel, loaded=loaded)
+        if notes is not None and done.head is not None:
+            notes.append(f"lm_head and embedding: {'int8' if done.head.int8_head else 'float'} "
+                         f"({done.head.reason})")
         # count the int8 weights now: serving packs them into kernel caches that are neither
         # parameters nor buffers
         dtype_bytes = next(p for p in loaded.model.parameters()
@@ -272,7 +282,8 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
         dtype_bytes = torch.empty((), dtype=getattr(torch, loaded.dtype)).element_size()
         if cfg.quant != "none":
             say(0.05, f"quantizing ({cfg.quant})")
-            loaded, counted = _quantize(loaded, cfg.quant, progress, cancel)
+            loaded, counted = _quantize(loaded, cfg.quant, progress, cancel, cfg.int8_head,
+                                        notes)
         else:
             counted = decode_bytes_model(loaded.model, dtype_bytes)
         bandwidth: Bandwidth | None = None

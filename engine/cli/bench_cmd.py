@@ -31,6 +31,10 @@ def register(sub) -> None:
     o.add_argument("--quant", default="none",
                    choices=["none", "w8a16", "w8a8-dynamic", "w8a8-static"],
                    help="quantize in memory before the sweep (default: none)")
+    o.add_argument("--int8-head", nargs="?", const="on", default="auto",
+                   choices=["auto", "on", "off"],
+                   help="with --quant: lm_head and embedding in int8 too; auto (default): when "
+                        "they are at least 15 %% of the weights; --int8-head alone = on")
     o.add_argument("--device", default="auto", help="auto, cpu, npu[:N] or cuda[:N]")
     o.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     o.add_argument("--batch-sizes", default="1,2,4,8,16", help="comma-separated (default 1,2,4,8,16)")
@@ -157,7 +161,8 @@ def run_offline(args) -> int:
     from npu_console.engine.cli.common import resolve_device_dtype
 
     device, dtype = resolve_device_dtype(args)
-    cfg = OfflineConfig(model=args.model, quant=args.quant, device=device, dtype=dtype,
+    cfg = OfflineConfig(model=args.model, quant=args.quant, int8_head=args.int8_head,
+                        device=device, dtype=dtype,
                         batch_sizes=_batch_sizes(args.batch_sizes), input_len=args.input_len,
                         output_len=args.output_len, seed=args.seed,
                         bandwidth_gbps=args.bandwidth, num_threads=args.threads)

@@ -34,9 +34,12 @@ def register(sub) -> None:
                         "text), or say why it cannot")
     p.add_argument("--samples", type=int, default=64, help="calibration samples (default 64)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per calibration sample")
-    p.add_argument("--int8-head", action="store_true",
-                   help="also store lm_head and the token embedding in int8 (weight-only; "
-                        "native format only; saves a quarter of a small model's memory)")
+    p.add_argument("--int8-head", nargs="?", const="on", default="auto",
+                   choices=["auto", "on", "off"],
+                   help="lm_head and the token embedding in int8 (weight-only; native format "
+                        "only). auto (default): on when they are at least 15 %% of the weights "
+                        "(small models: SmolLM2, Qwen2.5-0.5B), float for other formats; "
+                        "--int8-head alone = on")
     p.add_argument("--format", dest="fmt", default="native", help=f"one of: {', '.join(FORMATS)}")
     p.add_argument("--out", required=True, help="output folder (written atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -105,6 +108,7 @@ def run(args) -> int:
           f"{result.float_weight_bytes / 2**20:.1f} MiB -> {result.quant_weight_bytes / 2**20:.1f}"
           f" MiB; wrote {result.out_dir} ({result.fmt}) in {result.seconds:.1f}s", file=sys.stderr)
     _print_recipe(result)
+    _print_head(result)
     if result.report_files:
         print(f"report written to {' and '.join(result.report_files)}", file=sys.stderr)
     if args.json:
@@ -125,4 +129,17 @@ def _print_recipe(result) -> None:
     budget = result.budget
     if budget is not None and not budget.get("met"):
         print(f"budget of {budget['budget_pct']:g} % not met: {budget.get('why', '')}",
+              file=sys.stderr)
+
+
+def _print_head(result) -> None:
+    """Whether the head went int8, why, and what it alone costs when that was measured."""
+    if result.head is None:
+        return
+    state = "int8" if result.info.int8_head else "float"
+    print(f"lm_head and embedding: {state} ({result.head.reason})", file=sys.stderr)
+    cost = result.head_cost
+    if cost is not None:
+        print(f"  the int8 head alone: perplexity {cost.perplexity_change_pct:+.2f} %, next token "
+              f"unchanged at {cost.top1_agreement:.1%} of {cost.tokens} positions",
               file=sys.stderr)

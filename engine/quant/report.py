@@ -56,10 +56,25 @@ def write_report(rows: list[VariantRow], path: str | Path, extra: dict | None = 
     base = base.with_suffix("") if base.suffix in (".md", ".json") else base
     md, js = base.with_suffix(".md"), base.with_suffix(".json")
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(to_markdown(rows), encoding="utf-8")
+    md.write_text(to_markdown(rows) + head_markdown(extra or {}), encoding="utf-8")
     js.write_text(json.dumps({"variants": [asdict(r) for r in rows], **(extra or {})}, indent=2),
                   encoding="utf-8")
     return md, js
+
+
+def head_markdown(extra: dict) -> str:
+    """A paragraph on the vocabulary head (engine.quant.head), when the run says what it did."""
+    if "int8_head_reason" not in extra:
+        return ""
+    state = "int8" if extra.get("int8_head") else "float"
+    text = f"\nlm_head and embedding: {state} ({extra['int8_head_reason']}).\n"
+    cost = extra.get("int8_head_cost")
+    if cost:
+        text += (f"The int8 head alone, on the quantized model ({cost['tokens']} tokens): "
+                 f"perplexity {cost['perplexity_float_head']:.4f} -> "
+                 f"{cost['perplexity_int8_head']:.4f} ({cost['perplexity_change_pct']:+.2f} %), "
+                 f"next token unchanged at {100 * cost['top1_agreement']:.1f} % of positions.\n")
+    return text
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from npu_console.engine.quant import calib as calib_mod
 from npu_console.engine.quant.apply import QuantInfo, quantize_model
 from npu_console.engine.quant.calib import Cancelled
 from npu_console.engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
+from npu_console.engine.quant.head import HeadCost, HeadDecision, decide, head_mode
 from npu_console.engine.quant.outdir import OutputFolderError, check_replaceable, write_folder
 from npu_console.engine.quant.report import Comparison, EvalSpec, write_report
 
@@ -41,11 +42,12 @@ _WEIGHT = {"load": 1.0, "calibrate": 3.0, "quantize": 4.0, "export": 1.0, "evalu
 # the engine.quant functions' own progress steps -> the workflow stage they belong to
 _STEP_STAGE = {"load": "load", "generate calibration": "calibrate", "calibrate": "calibrate",
                "smooth": "quantize", "search": "quantize", "quantize": "quantize",
-               "budget": "quantize", "export": "export"}
+               "budget": "quantize", "head cost": "quantize", "export": "export"}
 _WORDS = {"load": "loading the float model", "calibrate": "calibrating",
           "generate calibration": "generating calibration text", "smooth": "SmoothQuant",
           "search": "searching smoothing and clipping", "quantize": "quantizing layers",
-          "budget": "fitting the budget", "export": "writing", "report": "writing the report"}
+          "budget": "fitting the budget", "head cost": "measuring the int8 head alone",
+          "export": "writing", "report": "writing the report"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class QuantizeRequest:
     device: str = "cpu"
     dtype: str = "float32"
     overwrite: bool = False
-    int8_head: bool = False
+    # lm_head + embedding in int8: "auto" (engine.quant.head decides from the head's share of
+    # the weights; float for a non-native export), "on", "off"; a bool means on / off
+    int8_head: str | bool = "auto"
     # "auto": the searched recipe (engine.quant.auto: own-text calibration, per-input
     # SmoothQuant and clipping, error-compensating rounding, layers kept float as needed);
     # "plain": one global alpha, min-max ranges, round to nearest, calibration only when the
@@ -92,7 +96,7 @@ class QuantizeRequest:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
                            group_size=self.group_size, smoothquant=self.smoothquant,
                            calib_samples=self.samples, calib_seq_len=self.seq_len,
-                           int8_head=self.int8_head)
+                           int8_head=head_mode(self.int8_head) == "on")
 
     def stages(self) -> tuple[str, ...]:
         plain_no_calib = self.recipe == "plain" and not self.config().needs_calibration
@@ -128,6 +132,8 @@ class QuantizeResult:
     quant_perplexity: float | None = None
     budget: dict | None = None
     comparison: Comparison | None = None  # the evaluate stage's float-vs-INT8 rows
+    head: HeadDecision | None = None  # int8 head or not, and why
+    head_cost: HeadCost | None = None  # the int8 head alone, when it is int8 and evaluated
     report_files: list[str] = field(default_factory=list)
     model: Any = None  # the quantized model, only when out_dir is None
 
@@ -147,7 +153,18 @@ class QuantizeResult:
                 "kept_float": self.kept_float, "float_perplexity": self.float_perplexity,
                 "quant_perplexity": self.quant_perplexity,
                 "perplexity_change_pct": self.perplexity_change_pct, "budget": self.budget,
-                **self.info.to_dict()}
+                **self.info.to_dict(), **self.head_dict()}
+
+    def head_dict(self) -> dict:
+        """int8_head (bool), int8_head_reason, the head's share and, when measured, what the
+        int8 head alone costs; the layers it replaced stay in int8_head_layers."""
+        d = {"int8_head": bool(self.info.int8_head), "int8_head_layers": self.info.int8_head}
+        if self.head is not None:
+            d |= {"int8_head_mode": self.head.mode, "int8_head_reason": self.head.reason,
+                  "int8_head_share": (round(self.head.share, 4)
+                                      if self.head.share is not None else None)}
+        d["int8_head_cost"] = self.head_cost.to_dict() if self.head_cost else None
+        return d
 
 
 class StageTracker:
@@ -246,9 +263,9 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
     if req.fmt == "compressed-tensors" and req.method == "w8a16":
         raise QuantError("compressed-tensors export is for w8a8-dynamic / w8a8-static; use "
                          "--format native or msmodelslim for w8a16")
-    if req.int8_head and req.fmt != "native":
+    if cfg.int8_head and req.fmt != "native":
         raise QuantError(f"--int8-head is written only in the native format ({req.fmt} readers "
-                         "keep lm_head and embeddings in float)")
+                         "keep lm_head and embeddings in float); use --int8-head auto or off")
     if req.out_dir is None and req.evaluation() is not None:
         raise QuantError("the evaluation measures the written checkpoint: give an output folder")
     if req.out_dir is not None:
@@ -286,10 +303,15 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
         loaded = load_float(req.model_dir, req.device, req.dtype, cancel)
     elif getattr(loaded, "quantization", None):
         raise QuantError(f"{loaded.name} is already quantized ({loaded.quantization})")
-    _check_device(req, cfg, loaded.model)
     from npu_console.engine.quant.evaluate import weight_bytes
+    from npu_console.engine.quant.head import share_of_model
 
+    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt)
+    cfg = replace(cfg, int8_head=head.int8_head)
+    _check_device(req, cfg, loaded.model)
     float_bytes = weight_bytes(loaded.model)
+    # the float table, kept referenced so the int8 head's own cost can be measured after
+    float_head = loaded.model.get_output_embeddings().weight if head.int8_head else None
     ev.step("load", 1, 1)
     if req.recipe == "auto":
         out = _auto(req, cfg, loaded, ev, cancel)
@@ -302,7 +324,12 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
                             int8_weight_fraction=out["int8_weight_fraction"],
                             kept_float=out.get("kept_float", {}),
                             float_perplexity=out.get("float_ppl"),
-                            quant_perplexity=out.get("quant_ppl"), budget=out.get("budget"))
+                            quant_perplexity=out.get("quant_ppl"), budget=out.get("budget"),
+                            head=head)
+    if float_head is not None and out["info"].int8_head and (req.evaluation() or req.eval_file):
+        result.head_cost = _head_cost(req, out["model"], float_head, loaded.tokenizer, ev,
+                                      cancel)
+    del float_head
     if req.out_dir is None:
         result.model = out["model"]
     else:
@@ -378,6 +405,22 @@ def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
             "quant_ppl": res.quant_ppl, "budget": res.budget}
 
 
+def _head_cost(req: QuantizeRequest, model: Any, float_head: Any, tok: Any,
+               ev: StageTracker, cancel: threading.Event) -> HeadCost:
+    """The int8 head alone on the evaluation text (first 1024 tokens): one forward pass of the
+    quantized model, through the int8 and the float head (engine.quant.head)."""
+    from npu_console.engine.quant import eval_methods as em
+    from npu_console.engine.quant.head import measure_head_cost
+
+    ev.step("head cost", 0, 1)
+    data = req.evaluation().data if req.evaluation() is not None else req.eval_file
+    docs = em.read_eval_text(data)[1] if data else calib_mod.read_texts(None)
+    ids = em.text_token_ids(tok, docs)[:1025]
+    cost = measure_head_cost(model, float_head, ids, cancel=cancel)
+    ev.step("head cost", 1, 1)
+    return cost
+
+
 def _export(req: QuantizeRequest, model: Any, source_dir: str, ev: StageTracker) -> Path:
     """Write the checkpoint: to out_dir (atomically), or, when an evaluation follows, to a
     hidden folder beside it that replaces out_dir only once the evaluation is done."""
@@ -417,7 +460,7 @@ def _measure_and_commit(req: QuantizeRequest, staged: Path, result: QuantizeResu
         ev.enter("report", _WORDS["report"])
         md, js = write_report(result.comparison.rows, req.report,
                               {"data": spec.data, "tokens": result.comparison.tokens,
-                               "dtype": req.dtype})
+                               "dtype": req.dtype, **result.head_dict()})
         result.report_files = [str(md), str(js)]
 
 
