@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
     from screenshot_drawer import capture_drawer  # a chip's detail drawer, capture folder
 
     paths += capture_drawer(out, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_fleet import capture_fleet  # two serve hosts beside this machine
+
+    paths += capture_fleet(out, Path(os.environ["NPU_CONSOLE_HOME"]))
     from screenshot_remote import capture_remote  # attached to a headless serve (issue 25)
 
     paths += capture_remote(out, Path(os.environ["NPU_CONSOLE_HOME"]))
@@ -88,7 +91,6 @@ def capture_part2(model: Path, out: Path, replay: list[str], home: Path) -> list
     import socket
 
     import httpx
-
     from npu_console.console.app import LaunchOptions, build_window
     from npu_console.console.screenshots import LOAD_TIMEOUT_S, _save, _settle
     from npu_console.console.testing import model_names, pump_until

@@ -1,10 +1,15 @@
-"""Dashboard: a card per chip (or GPU, or the host CPU), device history, alerts, engine plots."""
+"""Dashboard: a card per chip (or GPU, or the host CPU), device history, alerts, engine plots.
+
+With servers attached (ctx.fleet) a strip of host cards sits on top: this machine and each
+server, a click shows that host's chips, history and engine (console/pages/dashboard_fleet.py).
+"""
 
 from __future__ import annotations
 
 import math
 
 from npu_console.console.pages.base import Page
+from npu_console.console.pages.dashboard_fleet import FleetView
 from npu_console.console.widgets.basic import Banner, discard, muted, page_title
 from npu_console.console.widgets.chip_drawer import ChipDrawer
 from npu_console.console.widgets.device_card import DeviceCard
@@ -20,6 +25,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -41,7 +47,9 @@ class DashboardPage(Page):
         self.cards: dict[str, DeviceCard] = {}
         self.banners: dict[str, Banner] = {}
         self.dismissed: set[str] = set()
-        self.last_snapshot = None
+        self.last_snapshot = None  # the snapshot on show (this machine's or a server's)
+        self.local_snapshot = None  # this machine's latest
+        self.local_source = "not started"
         root = QVBoxLayout(self)
         root.setContentsMargins(16, 12, 16, 12)
         head = QHBoxLayout()
@@ -59,12 +67,18 @@ class DashboardPage(Page):
                                    "`info -t` sub-commands (chip details)")
         self.live_btn = QPushButton("Live")
         self.live_btn.setToolTip("Back to live telemetry")
+        self.back_btn = QPushButton("← This machine")
+        self.back_btn.setToolTip("Show this machine's chips and engine again")
+        self.back_btn.hide()
+        head.addWidget(self.back_btn)
         head.addWidget(muted("Window"))
         head.addWidget(self.window_box)
         head.addWidget(self.replay_btn)
         head.addWidget(self.folder_btn)
         head.addWidget(self.live_btn)
         root.addLayout(head)
+        self.fleet = FleetView(self)  # the host strip; hidden until a server is attached
+        root.addWidget(self.fleet.strip)
 
         self.banner_box = QVBoxLayout()
         self.banner_box.setSpacing(4)
@@ -75,6 +89,10 @@ class DashboardPage(Page):
         left = QWidget()
         left_lay = QVBoxLayout(left)
         left_lay.setContentsMargins(0, 0, 6, 0)
+        self.host_note = muted("")  # a drilled-in host that is lost: since when, next try
+        self.host_note.setWordWrap(True)
+        self.host_note.hide()
+        left_lay.addWidget(self.host_note)
         self.empty = muted("Waiting for the first telemetry sample…")
         self.empty.setAlignment(Qt.AlignCenter)
         left_lay.addWidget(self.empty)
@@ -102,8 +120,10 @@ class DashboardPage(Page):
         self.drawer.hide()
         self.drawer.closed.connect(self._drawer_closed)
         split.addWidget(self.drawer)
-        self.engine_panel = EnginePanel()
-        split.addWidget(self.engine_panel)
+        self.engine_panel = EnginePanel()  # this machine's engine; a host's is the fleet view's
+        self.engines = QStackedWidget()
+        self.engines.addWidget(self.engine_panel)
+        split.addWidget(self.engines)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(2, 1)
         split.setSizes([560, 0, 560])
@@ -125,6 +145,7 @@ class DashboardPage(Page):
         self.replay_btn.clicked.connect(self.choose_replay)
         self.folder_btn.clicked.connect(self.choose_replay_folder)
         self.live_btn.clicked.connect(self.go_live)
+        self.back_btn.clicked.connect(lambda: self.fleet.view_host(""))
         saved = int(ctx.settings.value("dashboard/window_s", 300))
         idx = max(0, next((i for i, (_l, s) in enumerate(WINDOWS) if s == saved), 1))
         self.window_box.setCurrentIndex(idx)
@@ -134,8 +155,17 @@ class DashboardPage(Page):
     # ------------------------------------------------------------------ telemetry
 
     def on_source(self, text: str) -> None:
-        self.source.setText(f"telemetry: {text}")
+        """This machine's telemetry source changed (live, a replay): back to its chips."""
+        self.local_source = text
         self.live_btn.setEnabled(text.startswith("replay"))
+        self.local_snapshot = None
+        if self.fleet.view:
+            self.fleet.view_host("")  # clears the cards and says where the numbers come from
+        else:
+            self.clear_chips()
+            self.fleet.show_source()
+
+    def clear_chips(self) -> None:
         for key in list(self.cards):
             discard(self.cards.pop(key))
         self.history.clear_series()
@@ -144,6 +174,14 @@ class DashboardPage(Page):
             self.drawer.close_drawer()
 
     def on_snapshot(self, snap) -> None:
+        """A sample of this machine's poller: drawn when this machine is the host on show."""
+        self.local_snapshot = snap
+        self.fleet.local_changed()
+        if not self.fleet.view:
+            self.show_chips(snap)
+
+    def show_chips(self, snap) -> None:
+        """Draw `snap`'s chips (this machine's or a server's) in the cards."""
         self.last_snapshot = snap
         accel = snap.accelerators
         keys = [d.key for d in accel] if accel else (["cpu"] if snap.host else [])
@@ -233,6 +271,7 @@ class DashboardPage(Page):
         banner.dismissed.connect(self._dismiss)
         self.banners[key] = banner
         self.banner_box.addWidget(banner)
+        banner.setVisible(not self.fleet.view)  # this machine's alert: hidden over a server's chips
 
     def _dismiss(self, key: str) -> None:
         self.dismissed.add(key)
@@ -266,6 +305,7 @@ class DashboardPage(Page):
         self._dialog = dialog
 
     def start_replay(self, files) -> None:
+        self.fleet.view_host("")  # a replay is this machine's telemetry
         try:
             self.ctx.telemetry.start_replay(files)
         except ValueError as exc:
@@ -273,23 +313,26 @@ class DashboardPage(Page):
             box.open()
 
     def go_live(self) -> None:
+        self.fleet.view_host("")
         self.ctx.telemetry.start_live()
 
     # ------------------------------------------------------------------ drawing
 
     def redraw(self) -> None:
-        poller = self.ctx.telemetry.poller
-        if poller is not None:
+        history = self.fleet.history_source()
+        if history is not None:
             window = self.history.window_s
             for name, key in self._history_keys():
                 ring = self.history.rings.get(name)
                 if ring is not None:
-                    ring.replace(*poller.history(key, window))
+                    ring.replace(*history(key, window))
         self.history.refresh()
-        self.engine_panel.refresh()
+        self.fleet.redraw()
+        self.engines.currentWidget().refresh()
 
     def activated(self) -> None:
         self.timer.start()
+        self.fleet.activated()
         self.redraw()
 
     def deactivated(self) -> None:

@@ -51,10 +51,29 @@ class MetricsSnapshot:
     flavour: str  # "npu_console", "vllm", "mindie" or "unknown"
 
 
+_WANTED = frozenset(p + n for p in PREFIXES for group in (
+    RUNNING, WAITING, KV_USAGE, PROMPT_TOKENS, GENERATION_TOKENS, SUCCESS, FAILED, STEPS,
+    PREFIX_HIT_RATE, PREFIX_HITS, PREFIX_QUERIES, PROMPT_TPS, GENERATION_TPS) for n in group)
+
+
+def _relevant(text: str) -> str:
+    """Only the sample lines read here: a server's /metrics runs to hundreds of lines
+    (histograms, device gauges) and the fleet view scrapes every host each second, so the
+    parser sees a few lines instead (the sample names are literal, comments are not needed)."""
+    keep = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _WANTED or name.endswith("cache_config_info"):
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
 def _samples(text: str) -> tuple[dict[str, float], list[tuple[str, dict]]]:
     sums: dict[str, float] = {}
     labelled: list[tuple[str, dict]] = []
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_relevant(text)):
         for s in family.samples:
             sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
             if s.name.endswith("cache_config_info"):
