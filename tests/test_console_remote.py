@@ -149,6 +149,9 @@ def test_connect_dialog_tests_connects_and_remembers_the_server(window, servers,
     assert connected.args == [url, ""] and not dlg.isVisible()
     conn = ctx.engines.get(url)
     assert [m.name for m in conn.models] == ["demo"] and conn.keyed and conn.reachable
+    fleet = getattr(ctx, "fleet", None)  # the dashboard's fleet view watches it too
+    if fleet is not None:
+        assert [(r.url, r.api_key) for r in fleet.refs()] == [(url, KEY)]
 
     # remembered (most recent first) with its key, which is not in the INI
     assert [s.url for s in ctx.remote.servers.list()] == [url]
@@ -168,6 +171,7 @@ def test_connect_dialog_tests_connects_and_remembers_the_server(window, servers,
     sub = menu.actions()[0].menu()
     next(a for a in sub.actions() if a.text() == "Disconnect").trigger()
     assert not ctx.remote.is_connected(url)
+    assert fleet is None or fleet.refs() == []
     fill_servers_menu(menu, ctx)
     assert [a.text() for a in menu.actions()] == [host_label(url)]
     next(a for a in menu.actions()[0].menu().actions() if a.text() == "Connect").trigger()
@@ -215,7 +219,7 @@ def test_chat_streams_from_a_remote_model(window, servers, chat, qtbot):
     assert _chat_requests(url) == served + 1  # the server did the work
 
 
-def test_ab_puts_a_local_model_beside_a_remote_one(window, servers, chat, qtbot):
+def test_ab_puts_a_local_model_beside_a_remote_one_or_two_servers(window, servers, chat, qtbot):
     _, url = servers["stable"]
     _attach(window, qtbot, url)
     label = f"demo @ {host_label(url)}"
@@ -230,6 +234,14 @@ def test_ab_puts_a_local_model_beside_a_remote_one(window, servers, chat, qtbot)
         assert reply.stats["ttft_s"] > 0
     assert a.model == "local" and b.model == label
     assert _chat_requests(url) == served + 1  # B only; A ran in this console
+
+    # or two servers side by side
+    other = f"demo @ {host_label(_attach(window, qtbot, servers['slow'][1]).url)}"
+    qtbot.waitUntil(lambda: other in _labels(chat.model_a), timeout=10_000)
+    chat.model_a.setCurrentText(other)
+    a, b = _send_and_wait(qtbot, chat, "And about the mountains?")
+    assert (a.model, b.model) == (other, label)
+    assert all(r.content.strip() and r.stats["finish"] in ("stop", "length") for r in (a, b))
 
 
 def test_benchmark_targets_the_connected_server(window, servers, qtbot):
