@@ -495,13 +495,16 @@ static inline __attribute__((always_inline)) float next_group_scale(const float 
 }
 
 /* Few activation rows: one weight row at a time, front to back (see fma_row); two blocks per
- * pass, into alternating accumulators. grouped (a constant in each inlined copy): gs holds
- * the row's per-group scales, gb blocks each, multiplied into each block's activation scale;
- * else the row's one scale sw multiplies the sum. */
+ * pass, into alternating accumulators. G, a constant in each inlined copy, says how the row's
+ * weight is scaled: 0, by its one scale sw, once at the end; else by per-group scales gs, gb
+ * blocks per group: G = gb for groups of 1, 2 or 4 blocks (32, 64, 128 values), G = -1 for
+ * any other gb. With G = 1 each block's group scale multiplies its activation scale; with
+ * G = 2 or 4 a pass's two blocks share one group, whose scale multiplies their sum once;
+ * G = -1 walks the groups block by block (next_group_scale). */
 static inline __attribute__((always_inline)) void
 bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K, float sw,
        const float *gs, int64_t gb, const float *bias, float *y, int64_t ldy, const int mr,
-       const int grouped) {
+       const int G) {
     const int64_t nb = ldq / QB;
     int64_t left = gb;
     __m256 acc[MR][2];
@@ -511,38 +514,53 @@ bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t 
         _mm_prefetch((const char *)(w + k + ROW_PF_I8), _MM_HINT_T0);
         const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16), w2 = widen16(w + k + 32),
                       w3 = widen16(w + k + 48);
+        const int64_t b = k / QB; /* even: with G = 2 or 4 both blocks are in one group */
         __m256 g0 = _mm256_setzero_ps(), g1 = g0;
-        if (grouped) {
+        if (G == 1) {
+            g0 = _mm256_broadcast_ss(gs + b);
+            g1 = _mm256_broadcast_ss(gs + b + 1);
+        } else if (G > 1) {
+            g0 = _mm256_broadcast_ss(gs + b / G);
+        } else if (G < 0) {
             g0 = _mm256_set1_ps(next_group_scale(&gs, &left, gb));
             g1 = _mm256_set1_ps(next_group_scale(&gs, &left, gb));
         }
         for (int i = 0; i < mr; i++) {
             const int16_t *qi = q + i * ldq + k;
-            const float *si = xs + i * nb + k / QB;
-            __m256 s0 = _mm256_broadcast_ss(si), s1 = _mm256_broadcast_ss(si + 1);
-            if (grouped) {
-                s0 = _mm256_mul_ps(s0, g0);
-                s1 = _mm256_mul_ps(s1, g1);
+            const float *si = xs + i * nb + b;
+            const __m256 d0 = _mm256_cvtepi32_ps(block_dot(qi, w0, w1)),
+                         d1 = _mm256_cvtepi32_ps(block_dot(qi + QB, w2, w3));
+            if (G > 1) {
+                const __m256 t = _mm256_fmadd_ps(
+                    d1, _mm256_broadcast_ss(si + 1), _mm256_mul_ps(d0, _mm256_broadcast_ss(si)));
+                acc[i][0] = _mm256_fmadd_ps(t, g0, acc[i][0]);
+            } else {
+                __m256 s0 = _mm256_broadcast_ss(si), s1 = _mm256_broadcast_ss(si + 1);
+                if (G != 0) {
+                    s0 = _mm256_mul_ps(s0, g0);
+                    s1 = _mm256_mul_ps(s1, g1);
+                }
+                acc[i][0] = _mm256_fmadd_ps(d0, s0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(d1, s1, acc[i][1]);
             }
-            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi, w0, w1)), s0,
-                                        acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(qi + QB, w2, w3)), s1,
-                                        acc[i][1]);
         }
     }
     if (k + QB <= K) {
         const __m256i w0 = widen16(w + k), w1 = widen16(w + k + 16);
-        const float g = grouped ? next_group_scale(&gs, &left, gb) : 1.0f;
+        float g = 1.0f;
+        if (G > 0) g = gs[k / QB / G];
+        else if (G < 0) g = next_group_scale(&gs, &left, gb);
         for (int i = 0; i < mr; i++)
             acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(q + i * ldq + k, w0, w1)),
                                         _mm256_set1_ps(xs[i * nb + k / QB] * g), acc[i][0]);
         k += QB;
     }
-    const float gt = grouped && k < K ? *gs : 1.0f; /* the partial last block's group */
+    float gt = 1.0f; /* the partial last block's group */
+    if (k < K && G != 0) gt = G > 0 ? gs[k / QB / G] : *gs;
     for (int i = 0; i < mr; i++) {
         float s = hsum_ps(_mm256_add_ps(acc[i][0], acc[i][1]));
         if (k < K) s += blockfloat_tail(q + i * ldq, w, k, K, xs[i * nb + k / QB] * gt);
-        if (!grouped) s *= sw;
+        if (G == 0) s *= sw;
         y[i * ldy] = bias ? s + *bias : s;
     }
 }
@@ -559,10 +577,16 @@ bf_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t 
 static void bf_rows_one(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
                         float sw, const float *gs, int64_t gb, const float *bias, float *y,
                         int mr, int64_t K, int64_t N) {
-    if (gs) {
-        BF_ROW_CASES(1)
-    } else {
+    if (!gs) {
         BF_ROW_CASES(0)
+    } else if (gb == 1) {
+        BF_ROW_CASES(1)
+    } else if (gb == 2) {
+        BF_ROW_CASES(2)
+    } else if (gb == 4) {
+        BF_ROW_CASES(4)
+    } else {
+        BF_ROW_CASES(-1)
     }
 }
 
