@@ -36,7 +36,9 @@ class QuantPlan:
     eval_tokens: int = 2048
     eval_prompts: int = 4
     new_tokens: int = 24
-    int8_head: bool = False  # lm_head and embeddings in int8 too
+    # lm_head and embeddings in int8 too: "auto" (engine.quant.head decides from the head's
+    # share of the weights), "on", "off"; runs saved before hold a bool
+    int8_head: str = "auto"
     # keep the most sensitive layers float until the measured loss is within budget_pct
     # (engine.quant.mixed.fit_budget, as `quantize --budget`)
     fit_budget: bool = False
@@ -59,8 +61,9 @@ class QuantPlan:
                  "seq_len": self.seq_len if self.needs_calibration else None,
                  "eval": [self.eval_tokens, self.eval_prompts, self.new_tokens],
                  "recipe": "auto"}
-        if self.int8_head:  # only when set, so that earlier runs keep their keys
-            ident["int8_head"] = True
+        mode = self.head_mode
+        if mode != "off":  # off adds nothing, so that earlier runs keep their keys
+            ident["int8_head"] = True if mode == "on" else mode
         if self.fit_budget:
             ident["fit_budget"] = self.budget_pct
         return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
@@ -72,11 +75,19 @@ class QuantPlan:
         parts.append(PRESET_LABELS.get(self.preset, self.preset))
         if self.skip:
             parts.append("skip " + ", ".join(self.skip))
-        if self.int8_head:
+        if self.head_mode == "on":
             parts.append("int8 lm_head + embeddings")
+        elif self.head_mode == "auto":
+            parts.append("lm_head: auto")
         if self.fit_budget:
             parts.append(f"float layers as needed for {self.budget_pct:g}%")
         return " · ".join(parts)
+
+    @property
+    def head_mode(self) -> str:
+        from npu_console.engine.quant.head import head_mode
+
+        return head_mode(self.int8_head)
 
     def out_dir(self) -> Path:
         return runs_dir() / f"{self.model_name}-{self.method}-{self.key()}"
@@ -92,7 +103,7 @@ class QuantPlan:
             model_dir=self.model_dir, out_dir=str(out_dir or self.out_dir()), method=self.method,
             fmt="native", preset=self.engine_preset, skip=tuple(self.skip),
             smoothquant=self.smoothquant, calib_file=self.calib_file, samples=self.samples,
-            seq_len=self.seq_len, overwrite=True, int8_head=self.int8_head,
+            seq_len=self.seq_len, overwrite=True, int8_head=self.head_mode,
             budget_pct=self.budget_pct if self.fit_budget else None,
             eval_file=text if self.fit_budget else None,
             evaluate=EvalSpec(data=text, max_tokens=self.eval_tokens,
@@ -149,6 +160,9 @@ class QuantRun:
     kept_float: dict = field(default_factory=dict)  # layer -> why it stayed float
     int8_weight_fraction: float | None = None  # of the linear layers' weights
     budget_note: str = ""  # why a budget could not be met
+    int8_head: bool = False  # what the run did with lm_head + embedding (not what was asked)
+    head_reason: str = ""
+    head_cost: dict | None = None  # engine.quant.head.HeadCost.to_dict(): the int8 head alone
 
     @property
     def ppl_delta_pct(self) -> float:
@@ -180,7 +194,10 @@ class QuantRun:
                    calibration=result.calibration or "none (weights only)",
                    kept_float=dict(result.kept_float),
                    int8_weight_fraction=result.int8_weight_fraction,
-                   budget_note=(result.budget or {}).get("why", ""))
+                   budget_note=(result.budget or {}).get("why", ""),
+                   int8_head=bool(result.info.int8_head),
+                   head_reason=result.head.reason if result.head else "",
+                   head_cost=result.head_cost.to_dict() if result.head_cost else None)
 
 
 def run_plan(plan: QuantPlan, on_event=None, cancel: threading.Event | None = None,
@@ -214,7 +231,12 @@ def verdict(run: QuantRun, budget_pct: float) -> tuple[bool, str]:
              else f"{run.int8_weight_fraction:.1%} of linear weights int8")
     kept = (f"{len(run.kept_float)} sensitive layer(s) kept float" if run.kept_float
             else "no layer kept float for quality")
-    facts = " · ".join(x for x in (share, kept, run.calibration and
+    head = ""
+    if run.int8_head:
+        cost = run.head_cost
+        head = "int8 lm_head" + (f" (alone {cost['perplexity_change_pct']:+.2f}% perplexity)"
+                                 if cost else "")
+    facts = " · ".join(x for x in (share, kept, head, run.calibration and
                                    f"calibration: {run.calibration}") if x)
     if run.within(budget_pct):
         return True, (f"Perplexity {run.ppl_delta_pct:+.2f}% vs float (budget {budget_pct:g}%)"
@@ -241,7 +263,31 @@ def recipe_rows(run: QuantRun) -> list[tuple[str, str, str]]:
     kept = f"{len(run.kept_float)}" + (f" (+{run.skipped_layers - len(run.kept_float)} by "
                                        "preset/skip)" if run.skipped_layers > len(run.kept_float)
                                        else "")
-    return [("0%", share, ""), ("all", kept, ""), ("—", run.calibration or "—", "")]
+    return [("0%", share, ""), ("all", kept, ""), ("—", run.calibration or "—", ""),
+            head_row(run)]
+
+
+def head_row(run: QuantRun) -> tuple[str, str, str]:
+    """lm_head + embedding: float in the float model; int8 or float in the run, and what the
+    int8 head alone costs (perplexity on the quantized model, float vs int8 head)."""
+    int8 = run.int8_head or run.plan.get("int8_head") is True  # runs saved before: the flag
+    state = "int8" if int8 else "float"
+    cost = run.head_cost
+    change = (f"{cost['perplexity_change_pct']:+.2f}% alone" if cost
+              else "—" if int8 else "")
+    return ("float", state, change)
+
+
+def head_recommendation(model_dir: str) -> tuple[bool, float | None]:
+    """(auto turns the int8 head on, the head's share of the weights) of a model folder or
+    GGUF, from its headers only; (False, None) when they do not say."""
+    from npu_console.engine.quant.head import recommended, share_of_path
+
+    try:
+        share = share_of_path(model_dir)
+    except (OSError, ValueError):
+        return False, None
+    return recommended(share), share
 
 
 def _now() -> str:

@@ -56,7 +56,7 @@ def test_wizard_quantizes_compares_saves_and_the_variant_chats(window, calib, qt
     assert page.model_step.model_box.currentData()[0] == "demo"
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     assert page.stack.currentIndex() == 1
-    page.set_method("w8a8-dynamic", "no-down-proj")
+    page.set_method("w8a8-dynamic", "no-down-proj", int8_head="off")  # saved as msmodelslim
     qtbot.mouseClick(page.next_btn, Qt.LeftButton)
     page.set_calibration(str(calib), 4, 32)
     qtbot.waitUntil(lambda: page.calib_step.calib_info.text().startswith("40 documents"), timeout=10_000)
@@ -185,22 +185,28 @@ def test_sensitivity_chart_and_recommended_skip_list(window, calib, qtbot):
 
 
 def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_path):
-    """The wizard's "Also lm_head and embeddings" option: the run's INT8 weights shrink by the
-    vocabulary table's share, the folder records the int8 head, and a vLLM format is refused
-    with a message instead of an export."""
+    """The wizard's lm_head choice: auto recommends the int8 head for the demo model (its
+    table is 27 % of the weights); the run's INT8 weights shrink by the table's share, the
+    folder records the int8 head, the table shows what the head alone costs, and a vLLM format
+    is refused with a message instead of an export."""
     import json
 
     page = window.page("quantize")
-    page.set_method("w8a16", "all")
+    page.go(1)
+    box = page.method_step.head_box
+    assert box.currentData() == "auto"
+    assert box.currentText() == "auto: yes for this model (head = 27 % of the weights)"
+    page.method_step.grab().save(str(tmp_path.parent / "quantize_head_step.png"))
+    page.set_method("w8a16", "all", int8_head="off")
     page.auto_load.setChecked(False)
     page.go(4)
     plain = page.start_run()
     assert plain is not None
     _wait(qtbot, page)
     without = page.run
-    page.set_method("w8a16", "all", int8_head=True)
+    page.set_method("w8a16", "all")  # auto
     page.go(4)
-    assert "int8 lm_head + embeddings" in page.run_step.plan_summary.text()
+    assert "lm_head: auto" in page.run_step.plan_summary.text()
     assert page.start_run() is not None
     _wait(qtbot, page)
     run = page.run
@@ -211,6 +217,19 @@ def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_pat
     # demo: 4096 x 256 tied table, fp32 -> int8 plus one fp32 scale per row
     saved = without.quant.memory_bytes - run.quant.memory_bytes
     assert saved == 4096 * 256 * 3 - 4096 * 4
+    assert run.int8_head and not without.int8_head
+    assert run.head_reason.startswith("auto: head = 27 %")
+    assert run.head_cost is not None and 0.9 <= run.head_cost["top1_agreement"] <= 1.0
+    from npu_console.console.pages.quantize_results import HEAD_ROW
+
+    table = page.run_step.table
+    assert table.item(HEAD_ROW, 1).text() == "int8"
+    alone = run.head_cost["perplexity_change_pct"]
+    assert table.item(HEAD_ROW, 2).text() == f"{alone:+.2f}% alone"
+    assert run.head_reason in table.item(HEAD_ROW, 1).toolTip()
+    assert "same next token" in table.item(HEAD_ROW, 2).toolTip()
+    assert "int8 lm_head (alone" in page.run_step.verdict.text()
+    page.run_step.grab().save(str(tmp_path.parent / "quantize_head_result.png"))
     assert page.save_as("msmodelslim", str(tmp_path / "ms")) is None
     assert "read in float" in page.run_step.save_status.text()
     assert not (tmp_path / "ms").exists()

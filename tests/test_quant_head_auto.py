@@ -50,6 +50,8 @@ def test_rule_says_yes_for_a_large_head_and_no_for_a_small_one(demo_model_dir, s
     off = decide("auto", demo, "compressed-tensors")
     assert not off.int8_head and "compressed-tensors" in off.reason
     assert decide("on", stories).int8_head and not decide("off", demo).int8_head
+    npu = decide("auto", demo, "native", "npu:0")
+    assert not npu.int8_head and "65535" in npu.reason
     assert head_mode(True) == "on" and head_mode(False) == "off" and head_mode(None) == "auto"
     with pytest.raises(QuantError, match="auto, on, off"):
         head_mode("yes")

@@ -26,6 +26,7 @@ from npu_console.console.quant_runs import (
     QuantRunStore,
     calib_summary,
     export_run,
+    head_recommendation,
     run_plan,
     run_sensitivity,
 )
@@ -66,6 +67,7 @@ class QuantizePage(Page):
         self._calib_job: BackgroundJob | None = None
         self._calib_gen = 0
         self._fresh_key: str | None = None  # the run measured in this session just now
+        self._head_shares: dict[str, float | None] = {}  # model path -> head share
         # evaluation size: small enough for a laptop CPU, tests shrink it further
         self.eval_tokens, self.eval_prompts, self.new_tokens = 1024, 4, 24
 
@@ -170,7 +172,7 @@ class QuantizePage(Page):
         return self.method_step.preset()
 
     def set_method(self, method: str, preset: str = "all", skip: str = "",
-                   smoothquant: float | None = None, int8_head: bool = False) -> None:
+                   smoothquant: float | None = None, int8_head: str | bool = "auto") -> None:
         self.method_step.set_method(method, preset, skip, smoothquant, int8_head)
 
     def set_calibration(self, path: str | None, samples: int, seq_len: int) -> None:
@@ -191,13 +193,15 @@ class QuantizePage(Page):
         method = m.method()
         return QuantPlan(model_dir=data[1], model_name=data[0], method=method, preset=preset,
                          skip=skip, smoothquant=m.smoothquant(), calib_file=calib.file(),
-                         int8_head=m.head_check.isChecked(),
+                         int8_head=m.head_mode(),
                          fit_budget=sens.fit_check.isChecked() and method != "w8a16",
                          samples=calib.samples.value(), seq_len=calib.seq_len.value(),
                          budget_pct=sens.budget.value(), eval_tokens=self.eval_tokens,
                          eval_prompts=self.eval_prompts, new_tokens=self.new_tokens)
 
     def _options_changed(self) -> None:
+        data = self.model_step.choice()
+        self.method_step.set_head_share(self._head_share(data[1]) if data else None)
         try:
             plan = self.plan()
         except ValueError as exc:
@@ -222,6 +226,12 @@ class QuantizePage(Page):
                 self.show_run(known)
         else:
             known_label.setText("")
+
+    def _head_share(self, model_dir: str) -> float | None:
+        """The head's share of the chosen model's weights (headers only; remembered)."""
+        if model_dir not in self._head_shares:
+            self._head_shares[model_dir] = head_recommendation(model_dir)[1]
+        return self._head_shares[model_dir]
 
     # ------------------------------------------------------------------ calibration
 
@@ -395,10 +405,10 @@ class QuantizePage(Page):
             status.setText("⚠ compressed-tensors is for W8A8 only (vLLM has no W8A16 mapping): "
                            "choose native or msModelSlim.")
             return None
-        if fmt != "native" and run.plan.get("int8_head"):
+        if fmt != "native" and (run.int8_head or run.plan.get("int8_head") is True):
             status.setText("⚠ This run has an int8 lm_head and embeddings, which vLLM and "
-                           "vllm-ascend read in float: save it as native, or run again without "
-                           "that option.")
+                           "vllm-ascend read in float: save it as native, or run again with "
+                           "lm_head and embeddings in int8 set to off.")
             return None
         job = self._start_job(lambda r: export_run(run, fmt, dest, _events(r)), "export",
                               self.run_step.run_progress)

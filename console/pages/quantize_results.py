@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -31,8 +32,9 @@ FORMAT_LABELS = {"native": "Native (this console)", "compressed-tensors": "compr
                  "msmodelslim": "msModelSlim (vllm-ascend)"}
 ROWS = ["Size on disk", "Memory (weights)", "TTFT", "Decode tok/s (batch 1)", "Perplexity",
         "Greedy agreement", "Top-1 agreement", "Linear weights in int8", "Layers kept float",
-        "Calibration"]
+        "Calibration", "lm_head + embedding"]
 KEPT_ROW = ROWS.index("Layers kept float")
+HEAD_ROW = ROWS.index("lm_head + embedding")
 
 
 class RunStep(QWidget):
@@ -47,7 +49,13 @@ class RunStep(QWidget):
         lay = QGridLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(10)
-        lay.addWidget(self._build_run_card(), 0, 0)
+        # scrolls rather than squeezing the verdict and progress lines in a short window
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setWidget(self._build_run_card())
+        lay.addWidget(scroll, 0, 0)
         lay.addWidget(self._build_history_card(), 0, 1)
         lay.setColumnStretch(0, 3)
         lay.setColumnStretch(1, 2)
@@ -176,6 +184,8 @@ class RunStep(QWidget):
                 item.setTextAlignment(Qt.AlignCenter)
                 if r == KEPT_ROW and c == 1 and run.kept_float:
                     item.setToolTip("\n".join(f"{n}: {why}" for n, why in run.kept_float.items()))
+                if r == HEAD_ROW and c and run.head_reason:
+                    item.setToolTip(head_tip(run))
                 self.table.setItem(r, c, item)
         ok, text = verdict(run, budget_pct)
         self.verdict_badge.set("WITHIN BUDGET" if ok else "OVER BUDGET", "ok" if ok else "bad")
@@ -209,3 +219,14 @@ class RunStep(QWidget):
     def _pick(self, row: int) -> None:
         if 0 <= row < len(self._history_runs):
             self.history_picked.emit(self._history_runs[row])
+
+
+def head_tip(run: QuantRun) -> str:
+    """Why the head is int8 or float, and what the int8 head alone changes."""
+    tip = run.head_reason
+    cost = run.head_cost
+    if cost:
+        tip += (f"\nThe int8 head alone, on the INT8 model ({cost['tokens']} tokens): perplexity "
+                f"{cost['perplexity_float_head']:.3f} -> {cost['perplexity_int8_head']:.3f}, "
+                f"same next token at {100 * cost['top1_agreement']:.1f}% of positions")
+    return tip

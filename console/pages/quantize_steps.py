@@ -10,6 +10,7 @@ from npu_console.console.quant_runs import METHOD_LABELS, PRESET_LABELS
 from npu_console.console.widgets.bars import BarChart
 from npu_console.console.widgets.basic import card, muted
 from npu_console.console.widgets.job_progress import JobProgress
+from npu_console.engine.quant.head import HEAD_MODES, head_mode, recommended
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -171,20 +172,26 @@ class MethodStep(QWidget):
         self.skip_edit = QLineEdit()
         self.skip_edit.setPlaceholderText("*.down_proj, model.layers.0.*, re:layers\\.1\\.")
         p.addWidget(self.skip_edit)
-        self.head_check = QCheckBox("Also lm_head and embeddings (int8 weight-only)")
-        self.head_check.setToolTip(
-            "Stores the vocabulary matrix in int8 too. On Qwen2.5-0.5B (a 136M-entry "
-            "vocabulary matrix in a 494M model) that is 0.50x bf16's memory instead of 0.64x, "
-            "and CPU decode ~1.5x faster (docs/benchmarks.md). Kept in the console's own "
-            "format: vLLM and vllm-ascend read lm_head and embeddings in float.")
-        p.addWidget(self.head_check)
-        head_note = muted("Off: lm_head and embeddings stay float, as vLLM and vllm-ascend "
-                          "expect. On: for small models with large vocabularies a fifth to "
-                          "a half less memory and faster decode; saved in the console's own "
-                          "format.")
+        p.addWidget(QLabel("lm_head and embeddings in int8"))
+        self.head_box = QComboBox()
+        # the auto entry's text is long: the card's width decides, not the text
+        self.head_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.head_box.setMinimumContentsLength(24)
+        for mode in HEAD_MODES:
+            self.head_box.addItem(mode, mode)
+        self.head_box.setToolTip(
+            "Stores the vocabulary matrix in int8 too (weight-only). On Qwen2.5-0.5B (a "
+            "136M-entry vocabulary matrix in a 494M model) that is 0.50x bf16's memory instead "
+            "of 0.64x, and CPU decode ~1.5x faster (docs/benchmarks.md). Kept in the console's "
+            "own format: vLLM and vllm-ascend read lm_head and embeddings in float.")
+        p.addWidget(self.head_box)
+        head_note = muted("auto: int8 when the head is at least 15 % of the weights (small "
+                          "models with large vocabularies: a fifth to a half less memory, "
+                          "faster decode); the result table shows what the int8 head alone "
+                          "costs. Saved in the console's own format only.")
         head_note.setWordWrap(True)
-        head_note.setContentsMargins(22, 0, 0, 0)
         p.addWidget(head_note)
+        self.set_head_share(None)
         p.addStretch(1)
         lay.addWidget(pcard, 1)
         for b in list(self.method_buttons.values()) + list(self.preset_buttons.values()):
@@ -192,7 +199,7 @@ class MethodStep(QWidget):
         self.sq_check.toggled.connect(self._on_edit)
         self.sq_alpha.valueChanged.connect(self._on_edit)
         self.skip_edit.textChanged.connect(self._on_edit)
-        self.head_check.toggled.connect(self._on_edit)
+        self.head_box.currentIndexChanged.connect(self._on_edit)
         self._sync()
 
     def method(self) -> str:
@@ -209,14 +216,28 @@ class MethodStep(QWidget):
         return self.sq_alpha.value() if ok else None
 
     def set_method(self, method: str, preset: str = "all", skip: str = "",
-                   smoothquant: float | None = None, int8_head: bool = False) -> None:
+                   smoothquant: float | None = None, int8_head: str | bool = "auto") -> None:
         self.method_buttons[method].setChecked(True)
         self.preset_buttons[preset].setChecked(True)
         self.skip_edit.setText(skip)
-        self.head_check.setChecked(int8_head)
+        self.head_box.setCurrentIndex(self.head_box.findData(head_mode(int8_head)))
         self.sq_check.setChecked(smoothquant is not None)
         if smoothquant is not None:
             self.sq_alpha.setValue(smoothquant)
+
+    def head_mode(self) -> str:
+        return self.head_box.currentData()
+
+    def set_head_share(self, share: float | None) -> None:
+        """Label the auto entry with what the rule says for the chosen model."""
+        if share is None:
+            text = "auto (int8 when the head is at least 15 % of the weights)"
+        else:
+            text = (f"auto: {'yes' if recommended(share) else 'no'} for this model (head = "
+                    f"{100 * share:.0f} % of the weights)")
+        i = self.head_box.findData("auto")
+        self.head_box.setItemText(i, text)
+        self.head_box.setItemData(i, text, Qt.ToolTipRole)
 
     def add_skip(self, names: list[str]) -> None:
         """Switch to a custom skip list holding `names` (and what a custom list had already)."""

@@ -90,9 +90,11 @@ class HeadDecision:
         return asdict(self)
 
 
-def decide(mode: str | bool | None, share: float | None, fmt: str = "native") -> HeadDecision:
+def decide(mode: str | bool | None, share: float | None, fmt: str = "native",
+           device: str = "cpu") -> HeadDecision:
     """The head for one run. An explicit 'on' with a format other than native is refused by the
-    request check before this; 'auto' with one means a float head for that export."""
+    request check before this; 'auto' with one means a float head for that export, and so
+    does 'auto' on an Ascend device (its int8 matmul caps N at 65535, below a vocabulary)."""
     mode = head_mode(mode)
     pct = "unknown" if share is None else f"{100 * share:.0f} %"
     if mode == "on":
@@ -103,6 +105,9 @@ def decide(mode: str | bool | None, share: float | None, fmt: str = "native") ->
         return HeadDecision(mode, False, share,
                             f"auto: {fmt} readers (vLLM, vllm-ascend) keep lm_head and the "
                             "embedding in float, so this export keeps them float")
+    if device.startswith("npu"):
+        return HeadDecision(mode, False, share, "auto: Ascend's int8 matmul cannot take a "
+                            "vocabulary-sized head (65535 rows at most), so it stays float")
     if recommended(share):
         return HeadDecision(mode, True, share, f"auto: head = {pct} of the weights "
                             f"(at least {100 * AUTO_MIN_SHARE:.0f} %)")
