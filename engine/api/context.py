@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
+from npu_console.engine.api.live import LiveSet
 from npu_console.engine.api.request_log import RequestLog
 from npu_console.engine.api.settings import ApiSettings
 from npu_console.engine.runtime.types import EngineClient, RequestHandle
@@ -15,25 +15,20 @@ class ApiContext:
     engine: EngineClient
     settings: ApiSettings
     request_log: RequestLog
-    _active: dict[str, RequestHandle] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _active: LiveSet[RequestHandle] = field(default_factory=LiveSet)
 
     def track(self, handle: RequestHandle) -> None:
-        with self._lock:
-            self._active[handle.request_id] = handle
+        self._active.add(handle.request_id, handle)
 
     def untrack(self, request_id: str) -> None:
-        with self._lock:
-            self._active.pop(request_id, None)
+        self._active.remove(request_id)
 
     def active_count(self) -> int:
-        with self._lock:
-            return len(self._active)
+        return self._active.count()
 
     def cancel_all(self) -> int:
         """Cancel every engine request this app started (server stop after its grace period)."""
-        with self._lock:
-            handles = list(self._active.values())
+        handles = self._active.take_all()
         for h in handles:
             h.cancel()
         return len(handles)

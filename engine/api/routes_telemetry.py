@@ -10,12 +10,12 @@ so an open dashboard never holds a shutdown for its grace period.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from npu_console.engine.api.errors import ApiError
+from npu_console.engine.api.live import LiveSet
 from npu_console.engine.api.sse import SSEResponse, sse_data
 from npu_console.engine.telemetry.snapshot_json import snapshot_json
 
@@ -24,33 +24,12 @@ router = APIRouter()
 _STOP = object()  # queued to a stream: the server is stopping
 
 
-class TelemetryStreams:
+class TelemetryStreams(LiveSet[tuple[asyncio.AbstractEventLoop, asyncio.Queue]]):
     """The open /v1/telemetry/stream responses, so a stopping server can end them at once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self.closed = False
-
-    def add(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> int:
-        with self._lock:
-            key = id(queue)
-            self._open[key] = (loop, queue)
-            return key
-
-    def remove(self, key: int) -> None:
-        with self._lock:
-            self._open.pop(key, None)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self._open)
 
     def close_all(self) -> int:
         """End every open stream (thread-safe); later ones end as soon as they start."""
-        with self._lock:
-            self.closed = True
-            streams = list(self._open.values())
+        streams = self.take_all(close=True)
         for loop, queue in streams:
             _offer_threadsafe(loop, queue, _STOP)
         return len(streams)
@@ -115,7 +94,8 @@ async def telemetry_stream(request: Request) -> SSEResponse:
         if poller.latest is not None:
             _offer(queue, poller.latest)
         unsubscribe = poller.subscribe(lambda snap: _offer_threadsafe(loop, queue, snap))
-        key = streams.add(loop, queue)
+        key = id(queue)
+        streams.add(key, (loop, queue))
         if streams.closed:
             _offer(queue, _STOP)
         try:

@@ -10,7 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from npu_console.engine.cli.common import add_model_args, add_reasoning_arg, load_for_cli
+from npu_console.engine.cli.common import (
+    add_model_args,
+    add_reasoning_arg,
+    add_sampling_args,
+    load_for_cli,
+)
 from npu_console.engine.cli.errors import CliError
 
 HELP = "commands: /reset (forget the conversation), /exit (quit); Ctrl-C stops a reply"
@@ -20,10 +25,7 @@ def register(sub) -> None:
     p = sub.add_parser("chat", help="chat with a model in the terminal (streaming)")
     add_model_args(p)
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_args(p, max_tokens=256, temperature=0.7, top_p=0.95)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     add_reasoning_arg(p)
     p.add_argument("--remote", default=None, metavar="URL",

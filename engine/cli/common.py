@@ -8,6 +8,15 @@ from pathlib import Path
 from npu_console.engine.cli.errors import CliError
 
 
+def add_sampling_args(p, max_tokens: int, temperature: float, top_p: float) -> None:
+    """The sampling flags `generate` and `chat` share; each command keeps its own defaults."""
+    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--temperature", type=float, default=temperature,
+                   help="0 = greedy" + (" (default)" if temperature == 0 else ""))
+    p.add_argument("--top-p", type=float, default=top_p)
+    p.add_argument("--seed", type=int, default=None)
+
+
 def add_model_args(p, device: bool = True) -> None:
     from npu_console.engine.paths import DEMO_MODEL_DIR
 

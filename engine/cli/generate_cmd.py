@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from npu_console.engine.cli.common import add_model_args, load_for_cli
+from npu_console.engine.cli.common import add_model_args, add_sampling_args, load_for_cli
 
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="stream a continuation of --prompt to stdout")
     add_model_args(p)
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
+    add_sampling_args(p, max_tokens=128, temperature=0.0, top_p=1.0)
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stats", action="store_true", help="print TTFT and tokens/s to stderr at the end")
     p.set_defaults(func=run)
 
