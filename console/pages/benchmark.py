@@ -33,7 +33,7 @@ from npu_console.console.pages.bench_store import (
 )
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.bars import BarChart, radio_style
-from npu_console.console.widgets.basic import card, muted, page_title
+from npu_console.console.widgets.basic import card, card_title, muted, page_title
 from npu_console.console.widgets.bench_target import ServingTarget
 from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt
@@ -61,12 +61,6 @@ from PySide6.QtWidgets import (
 )
 
 BATCH_CHOICES = (1, 2, 4, 8, 16)
-
-
-def _title(text: str) -> QLabel:
-    t = QLabel(text)
-    t.setObjectName("CardTitle")
-    return t
 
 
 class BenchmarkPage(Page):
@@ -103,7 +97,7 @@ class BenchmarkPage(Page):
         hist = card()
         hv = QVBoxLayout(hist)
         hv.setContentsMargins(12, 10, 12, 10)
-        hv.addWidget(_title("History"))
+        hv.addWidget(card_title("History"))
         self.history = QTableWidget(0, 2)
         self.history.setHorizontalHeaderLabels(["When", "Run"])
         self.history.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeToContents)
@@ -126,7 +120,7 @@ class BenchmarkPage(Page):
         rv = QVBoxLayout(right)
         rv.setContentsMargins(12, 10, 12, 10)
         top = QHBoxLayout()
-        self.result_title = _title("No result yet")
+        self.result_title = card_title("No result yet")
         self.result_title.setWordWrap(True)
         top.addWidget(self.result_title, 1)
         self.export_buttons = []

@@ -13,7 +13,7 @@ from npu_console.console.engines import LOCAL
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.server_snippets import snippets
 from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import Lamp, card, muted, page_title
+from npu_console.console.widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
 from npu_console.console.widgets.remote_server import RemoteServerView
 from npu_console.console.widgets.server_advanced import ServerAdvanced
 from npu_console.engine.api.ports import port_problem
@@ -93,12 +93,7 @@ class ServerPage(Page):
 
         top = QHBoxLayout()
         top.setSpacing(10)
-        conf = card()
-        cv = QVBoxLayout(conf)
-        cv.setContentsMargins(16, 12, 16, 12)
-        t = QLabel("Settings")
-        t.setObjectName("CardTitle")
-        cv.addWidget(t)
+        conf, cv = titled_card("Settings")
         form = QFormLayout()
         self.lan = QCheckBox("Listen on the local network (0.0.0.0)")
         self.lan.setChecked(s.value("server/lan", False, type=bool))
@@ -152,12 +147,7 @@ class ServerPage(Page):
         cv.addStretch(1)
         top.addWidget(conf, 1)
 
-        snip = card()
-        sv = QVBoxLayout(snip)
-        sv.setContentsMargins(16, 12, 16, 12)
-        t = QLabel("Use it")
-        t.setObjectName("CardTitle")
-        sv.addWidget(t)
+        snip, sv = titled_card("Use it")
         self.snippets = QTabWidget()
         mono = QFont("monospace")
         mono.setStyleHint(QFont.Monospace)
@@ -183,9 +173,7 @@ class ServerPage(Page):
         lv = QVBoxLayout(logc)
         lv.setContentsMargins(16, 12, 16, 12)
         lrow = QHBoxLayout()
-        t = QLabel("Request log")
-        t.setObjectName("CardTitle")
-        lrow.addWidget(t)
+        lrow.addWidget(card_title("Request log"))
         lrow.addStretch(1)
         self.log_count = muted("")
         lrow.addWidget(self.log_count)

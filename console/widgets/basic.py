@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -124,6 +125,32 @@ def card(parent=None) -> QFrame:
     frame = QFrame(parent)
     frame.setProperty("card", True)
     return frame
+
+
+def fold_toggle(tooltip: str) -> QToolButton:
+    """The text button that folds a section open and shut (its owner sets the ▸ / ▾ text)."""
+    button = QToolButton()
+    button.setCheckable(True)
+    button.setAutoRaise(True)
+    button.setToolButtonStyle(Qt.ToolButtonTextOnly)
+    button.setCursor(Qt.PointingHandCursor)
+    button.setToolTip(tooltip)
+    return button
+
+
+def card_title(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("CardTitle")
+    return label
+
+
+def titled_card(title: str, margins: tuple[int, int, int, int] = (16, 12, 16, 12)):
+    """A card with its title on top: (the card, the layout for what goes below the title)."""
+    frame = card()
+    lay = QVBoxLayout(frame)
+    lay.setContentsMargins(*margins)
+    lay.addWidget(card_title(title))
+    return frame, lay
 
 
 def muted(text: str = "", parent=None) -> QLabel:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.widgets.basic import Badge, MetricBar, fmt_num, muted
+from npu_console.console.widgets.basic import Badge, MetricBar, card_title, fmt_num, muted
 from npu_console.console.widgets.device_card import health_kind
 from npu_console.engine.telemetry.npu_health import explain_codes
 from PySide6.QtCore import Qt, Signal
@@ -32,12 +32,6 @@ BOARD_ROWS = (("Product", "product_name"), ("Serial number", "serial_number"),
               ("Chip version", "chip_version"))
 
 
-def _section(text: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName("CardTitle")
-    return label
-
-
 class ChipDrawer(QFrame):
     """Shows one chip; `show_device` again on every snapshot keeps it live."""
 
@@ -52,8 +46,7 @@ class ChipDrawer(QFrame):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(12, 10, 8, 10)
         head = QHBoxLayout()
-        self.title = QLabel("")
-        self.title.setObjectName("CardTitle")
+        self.title = card_title("")
         self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.close_btn = QPushButton("Close")
         self.close_btn.setFlat(True)
@@ -80,7 +73,7 @@ class ChipDrawer(QFrame):
         outer.addWidget(scroll, 1)
 
         health_row = QHBoxLayout()
-        health_row.addWidget(_section("Health"))
+        health_row.addWidget(card_title("Health"))
         health_row.addStretch(1)
         self.health = Badge("", "none")
         health_row.addWidget(self.health)
@@ -93,14 +86,14 @@ class ChipDrawer(QFrame):
         self.codes.setTextInteractionFlags(Qt.TextSelectableByMouse)
         lay.addWidget(self.codes)
 
-        lay.addWidget(_section("Usage"))
+        lay.addWidget(card_title("Usage"))
         self.usage: dict[str, MetricBar] = {}
         for label, attr in USAGE_ROWS:
             bar = MetricBar(label, warn_at=90, bad_at=98)
             self.usage[attr] = bar
             lay.addWidget(bar)
 
-        lay.addWidget(_section("ECC"))
+        lay.addWidget(card_title("ECC"))
         self.ecc_grid = QGridLayout()
         self.ecc_grid.setHorizontalSpacing(10)
         self.ecc_cells: dict[tuple[str, str, str], QLabel] = {}
@@ -123,7 +116,7 @@ class ChipDrawer(QFrame):
         self.ecc_note.setWordWrap(True)
         lay.addWidget(self.ecc_note)
 
-        lay.addWidget(_section("Board"))
+        lay.addWidget(card_title("Board"))
         board = QGridLayout()
         board.setHorizontalSpacing(10)
         self.board: dict[str, QLabel] = {}

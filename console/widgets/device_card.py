@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from npu_console.console.theme import repolish
-from npu_console.console.widgets.basic import Badge, MetricBar, fmt_mb, fmt_num, muted
+from npu_console.console.widgets.basic import Badge, MetricBar, card_title, fmt_mb, fmt_num, muted
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
 
@@ -34,8 +34,7 @@ class DeviceCard(QFrame):
         lay.setContentsMargins(12, 10, 12, 10)
         lay.setSpacing(6)
         head = QHBoxLayout()
-        self.title = QLabel(key)
-        self.title.setObjectName("CardTitle")
+        self.title = card_title(key)
         self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.health = Badge("", "none")
         head.addWidget(self.title, 1)

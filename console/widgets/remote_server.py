@@ -5,7 +5,7 @@ console last read from it (console.engines.Connection), never from the network d
 from __future__ import annotations
 
 from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import Lamp, card, muted
+from npu_console.console.widgets.basic import Lamp, muted, titled_card
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,12 +27,7 @@ class RemoteServerView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(10)
-        info = card()
-        iv = QVBoxLayout(info)
-        iv.setContentsMargins(16, 12, 16, 12)
-        title = QLabel("Connected server (read-only)")
-        title.setObjectName("CardTitle")
-        iv.addWidget(title)
+        info, iv = titled_card("Connected server (read-only)")
         form = QFormLayout()
         self.lamp = Lamp("off")
         self.state = QLabel("")
@@ -50,12 +45,7 @@ class RemoteServerView(QWidget):
         note.setWordWrap(True)
         iv.addWidget(note)
         lay.addWidget(info)
-        models = card()
-        mv = QVBoxLayout(models)
-        mv.setContentsMargins(16, 12, 16, 12)
-        title = QLabel("Models it serves")
-        title.setObjectName("CardTitle")
-        mv.addWidget(title)
+        models, mv = titled_card("Models it serves")
         self.table = QTableWidget(0, len(HEADERS))
         self.table.setHorizontalHeaderLabels(HEADERS)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from npu_console.console import presets
-from npu_console.console.widgets.basic import muted
+from npu_console.console.widgets.basic import card_title, muted
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
@@ -36,9 +35,7 @@ class SamplingPanel(QWidget):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        title = QLabel("Settings")
-        title.setObjectName("CardTitle")
-        lay.addWidget(title)
+        lay.addWidget(card_title("Settings"))
         prow = QHBoxLayout()
         self.preset_box = QComboBox()
         self.preset_box.setToolTip("Presets bundle the system prompt and sampling settings")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from npu_console.console.server_service import AdvancedOptions
-from npu_console.console.widgets.basic import muted
+from npu_console.console.widgets.basic import fold_toggle, muted
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QLineEdit,
     QSpinBox,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -49,12 +48,7 @@ class ServerAdvanced(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 4, 0, 0)
         lay.setSpacing(4)
-        self.toggle = QToolButton()
-        self.toggle.setCheckable(True)
-        self.toggle.setAutoRaise(True)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonTextOnly)
-        self.toggle.setCursor(Qt.PointingHandCursor)
-        self.toggle.setToolTip("Host check, timeouts and limits of the API server")
+        self.toggle = fold_toggle("Host check, timeouts and limits of the API server")
         lay.addWidget(self.toggle, 0, Qt.AlignLeft)
 
         self.body = QFrame()

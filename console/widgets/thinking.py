@@ -7,8 +7,9 @@ starts, unless the user opened or closed it by hand meanwhile.
 
 from __future__ import annotations
 
+from npu_console.console.widgets.basic import fold_toggle
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout
 
 
 class ThinkingBlock(QFrame):
@@ -20,13 +21,8 @@ class ThinkingBlock(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 4)
         lay.setSpacing(2)
-        self.toggle = QToolButton()
+        self.toggle = fold_toggle("Show or hide the model's reasoning")
         self.toggle.setObjectName("ThinkingToggle")
-        self.toggle.setCheckable(True)
-        self.toggle.setAutoRaise(True)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonTextOnly)
-        self.toggle.setCursor(Qt.PointingHandCursor)
-        self.toggle.setToolTip("Show or hide the model's reasoning")
         lay.addWidget(self.toggle, 0, Qt.AlignLeft)
         self.text = QLabel()
         self.text.setObjectName("ThinkingText")
