@@ -15,8 +15,7 @@ import pytest
 from fakes.faults import breaking_handles
 from fakes.slow_steps import slowed_steps
 from npu_console.engine.api.settings import ApiSettings
-from npu_console.engine.runtime import EngineConfig, LocalEngine
-from support.api import metric_value, running_server, sse_events
+from support.api import metric_value, own_engine, running_server, sse_events
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
@@ -24,10 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine(demo_model_dir):
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    eng.load(demo_model_dir, name="demo").result(120)
-    yield eng
-    eng.shutdown(5)
+    with own_engine(demo_model_dir, "demo") as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

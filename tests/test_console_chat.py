@@ -10,8 +10,8 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from fakes.slow_steps import slowed_steps
-from npu_console.console.testing import make_window, model_names
 from PySide6.QtCore import Qt
+from support.gui import console_window, fresh_chat
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]  # one engine start (torch import) per module
@@ -20,32 +20,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]  # one engine start (torch impo
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("chat-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, model="")
-        host = win.ctx.engine_host
-        host.start()
-        host.load(stories_dir, name="a")
-        host.load(stories_dir, name="b")
-        from pytestqt.qtbot import QtBot
-
-        QtBot(qapp).waitUntil(lambda: sorted(model_names(win)) == ["a", "b"], timeout=WAIT_MS)
-        win.show_page("chat")
+    with console_window(qapp, home, "chat", ((stories_dir, "a"), (stories_dir, "b")),
+                        WAIT_MS) as win:
         win.home = home
         yield win
-        win.close()
 
 
 @pytest.fixture
 def chat(window, qtbot):
-    page = window.page("chat")
-    qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
-    if page.ab_check.isChecked():
-        page.ab_check.setChecked(False)
-    page.new_chat()
-    page.model_a.setCurrentText("a")
-    page.sampling.apply_preset("Balanced")
-    page.sampling.max_tokens.setValue(48)
+    page = fresh_chat(window, qtbot, "a", "Balanced", 48, WAIT_MS)
     page.sampling.seed.setText("7")
     return page
 

@@ -20,15 +20,11 @@ CAPTURES = {
 @pytest.fixture(scope="module")
 def window(qapp, tmp_path_factory):
     """One window for the module (building plots costs seconds); each test picks its source."""
-    from npu_console.console.testing import make_window
+    from support.gui import console_window
 
     home = tmp_path_factory.mktemp("dash-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, start_engine=False, replay=[])
-        win.show_page("dashboard")
+    with console_window(qapp, home, "dashboard", start_engine=False, replay=[]) as win:
         yield win
-        win.close()
 
 
 def _expected(path):

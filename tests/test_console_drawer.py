@@ -17,15 +17,11 @@ FAMILY_910A = ("910a_info_1", "910a_usages_2", "910a_board_1", "910a_board-c_1",
 
 @pytest.fixture(scope="module")
 def window(qapp, tmp_path_factory):
-    from npu_console.console.testing import make_window
+    from support.gui import console_window
 
     home = tmp_path_factory.mktemp("drawer-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, start_engine=False, replay=[])
-        win.show_page("dashboard")
+    with console_window(qapp, home, "dashboard", start_engine=False, replay=[]) as win:
         yield win
-        win.close()
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ import threading
 import httpx
 import pytest
 from fakes.faults import recording_encoders
-from npu_console.engine.runtime import EngineConfig, LocalEngine
-from support.api import running_server
+from support.api import own_engine, running_server
 
 pytest.importorskip("pytestqt")
 pytestmark = pytest.mark.slow
@@ -18,10 +17,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine(demo_model_dir):
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    eng.load(demo_model_dir, name="demo").result(120)
-    yield eng
-    eng.shutdown(5)
+    with own_engine(demo_model_dir, "demo") as eng:
+        yield eng
 
 
 def test_http_requests_encode_on_worker_threads_once_per_prompt(engine):

@@ -11,8 +11,8 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from npu_console.console.chat_store import export
-from npu_console.console.testing import make_window, model_names
 from PySide6.QtCore import Qt
+from support.gui import console_window, fresh_chat
 
 WAIT_MS = 120_000
 QUESTION = "Spell rocket backwards."
@@ -22,33 +22,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]
 @pytest.fixture(scope="module")
 def window(qapp, think_model_dir, demo_model_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("think-chat-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NPU_CONSOLE_HOME", str(home))
-        win = make_window(home, model="")
-        host = win.ctx.engine_host
-        host.start()
-        host.load(think_model_dir, name="think")
-        host.load(demo_model_dir, name="demo")
-        from pytestqt.qtbot import QtBot
-
-        QtBot(qapp).waitUntil(lambda: sorted(model_names(win)) == ["demo", "think"],
-                              timeout=WAIT_MS)
-        win.show_page("chat")
+    with console_window(qapp, home, "chat", ((think_model_dir, "think"), (demo_model_dir, "demo")),
+                        WAIT_MS) as win:
         yield win
-        win.close()
 
 
 @pytest.fixture
 def chat(window, qtbot):
-    page = window.page("chat")
-    qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
-    if page.ab_check.isChecked():
-        page.ab_check.setChecked(False)
-    page.new_chat()
-    page.model_a.setCurrentText("think")
-    page.sampling.apply_preset("Precise (greedy)")
-    page.sampling.max_tokens.setValue(200)
-    return page
+    return fresh_chat(window, qtbot, "think", "Precise (greedy)", 200, WAIT_MS)
 
 
 def _send(qtbot, page, text=QUESTION):

@@ -9,16 +9,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(stories_dir):
-    from npu_console.engine.api import ServerController
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from support.api import keyed_server as serving
 
-    engine = LocalEngine(EngineConfig(max_running=2, num_threads=1))
-    engine.load(stories_dir, name="stories").result(120)
-    controller = ServerController(engine)
-    url = controller.start(port=0, api_key="k1")
-    yield engine, url
-    controller.stop(grace_s=1.0)
-    engine.shutdown()
+    with serving(stories_dir, "stories", "k1", max_running=2) as served:
+        yield served
 
 
 def feed(monkeypatch, lines):

@@ -120,16 +120,10 @@ def test_request_body_leaves_model_defaults_to_the_server_and_keeps_explicit_fie
 
 @pytest.fixture(scope="module")
 def keyed_server(stories_dir):
-    from npu_console.engine.api import ServerController
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
+    from support.api import keyed_server as serving
 
-    engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
-    engine.load(stories_dir, name="stories").result(120)
-    controller = ServerController(engine)
-    url = controller.start(port=0, api_key="sekret")
-    yield engine, url
-    controller.stop(grace_s=1.0)
-    engine.shutdown()
+    with serving(stories_dir, "stories", "sekret", max_running=4) as served:
+        yield served
 
 
 @pytest.mark.slow

@@ -19,22 +19,40 @@ def _variants(engine):
 
 
 @contextlib.contextmanager
-def before_each_sequence(engine, fn):
-    """Call fn(seq) for every sequence of every step, before the runner computes it."""
-    runners = [v.runner for v in _variants(engine)]
-    for r in runners:
-        original = r.execute
-
-        def execute(items, decode_count, _original=original):
-            for it in items:
-                fn(it.seq)
-            return _original(items, decode_count)
-        r.execute = execute
+def _wrapping(objs, name, wrap):
+    """Each of `objs` gets its method `name` replaced, on the instance, by wrap(original);
+    the class's own comes back afterwards."""
+    for o in objs:
+        setattr(o, name, wrap(getattr(o, name)))
     try:
         yield
     finally:
-        for r in runners:
-            r.__dict__.pop("execute", None)
+        for o in objs:
+            o.__dict__.pop(name, None)
+
+
+def _failing_for(when, message):
+    """A wrapper whose method raises InjectedFault(message) for the sequences `when` picks."""
+    def wrap(original):
+        def method(seq):
+            if when(seq):
+                raise InjectedFault(message)
+            return original(seq)
+        return method
+    return wrap
+
+
+@contextlib.contextmanager
+def before_each_sequence(engine, fn):
+    """Call fn(seq) for every sequence of every step, before the runner computes it."""
+    def wrap(original):
+        def execute(items, decode_count):
+            for it in items:
+                fn(it.seq)
+            return original(items, decode_count)
+        return execute
+    with _wrapping([v.runner for v in _variants(engine)], "execute", wrap):
+        yield
 
 
 class EngineKilled(BaseException):
@@ -55,40 +73,18 @@ def fatal_fault(engine, when=lambda seq: True):
 @contextlib.contextmanager
 def failing_release(engine, when=lambda seq: True):
     """Releasing the sequences `when` picks fails in the runner (its cleanup is broken)."""
-    runners = [v.runner for v in _variants(engine)]
-    for r in runners:
-        original = r.release
-
-        def release(seq, _original=original):
-            if when(seq):
-                raise InjectedFault("injected: releasing the sequence failed")
-            return _original(seq)
-        r.release = release
-    try:
+    with _wrapping([v.runner for v in _variants(engine)], "release",
+                   _failing_for(when, "injected: releasing the sequence failed")):
         yield
-    finally:
-        for r in runners:
-            r.__dict__.pop("release", None)
 
 
 @contextlib.contextmanager
 def failing_submit_command(engine, when=lambda seq: True):
     """The engine thread's "submit" command fails for the sequences `when` picks (the
     scheduler refuses them), as a broken command handler would."""
-    schedulers = [v.scheduler for v in _variants(engine)]
-    for s in schedulers:
-        original = s.add
-
-        def add(seq, _original=original):
-            if when(seq):
-                raise InjectedFault("injected: the scheduler refused the request")
-            return _original(seq)
-        s.add = add
-    try:
+    with _wrapping([v.scheduler for v in _variants(engine)], "add",
+                   _failing_for(when, "injected: the scheduler refused the request")):
         yield
-    finally:
-        for s in schedulers:
-            s.__dict__.pop("add", None)
 
 
 @contextlib.contextmanager
@@ -131,16 +127,11 @@ def recording_encoders(engine):
     import threading
 
     seen: list[str] = []
-    encoders = [v.encoder for v in _variants(engine)]
-    for enc in encoders:
-        original = enc._encode
 
-        def _encode(req, *args, _original=original):
+    def wrap(original):
+        def _encode(req, *args):
             seen.append(threading.current_thread().name)
-            return _original(req, *args)
-        enc._encode = _encode
-    try:
+            return original(req, *args)
+        return _encode
+    with _wrapping([v.encoder for v in _variants(engine)], "_encode", wrap):
         yield seen
-    finally:
-        for enc in encoders:
-            enc.__dict__.pop("_encode", None)

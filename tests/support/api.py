@@ -57,6 +57,40 @@ def default_engine(stories_dir: Path):
     return engine_for(stories_dir, extra_names=("stories-bf16", "stories-w8a8-dynamic"))
 
 
+@contextlib.contextmanager
+def own_engine(model_dir: Path, name: str):
+    """A LocalEngine of the caller's own (one torch thread) with `model_dir` loaded as `name`,
+    for tests that wrap its parts (fakes.faults): the shared engines above stay untouched."""
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+
+    eng = LocalEngine(EngineConfig(num_threads=1))
+    eng.load(model_dir, name=name).result(120)
+    try:
+        yield eng
+    finally:
+        eng.shutdown(5)
+
+
+@contextlib.contextmanager
+def keyed_server(model_dir: Path, name: str, api_key: str, max_running: int):
+    """A LocalEngine of its own serving `model_dir` as `name` on loopback behind `api_key`:
+    yields (engine, url)."""
+    from npu_console.engine.api import ServerController
+    from npu_console.engine.runtime import EngineConfig, LocalEngine
+
+    engine = LocalEngine(EngineConfig(max_running=max_running, num_threads=1))
+    try:
+        engine.load(model_dir, name=name).result(120)
+        controller = ServerController(engine)
+        url = controller.start(port=0, api_key=api_key)
+        try:
+            yield engine, url
+        finally:
+            controller.stop(grace_s=1.0)
+    finally:
+        engine.shutdown()
+
+
 @atexit.register
 def _shutdown_engines() -> None:
     for eng in _ENGINES.values():
