@@ -22,6 +22,10 @@ from npu_console.engine.telemetry.npu_smi_kv_card import (
     parse_proc_mem,
 )
 
+# every parser of the key : value sub-commands: none may raise, whatever it is given
+ALL_PARSERS = (parse_kv_output, parse_usages, parse_common, parse_temp, parse_power, parse_memory,
+               parse_board, parse_health, parse_ecc, parse_proc_mem, parse_list, parse_mapping)
+
 
 def read(fixtures, name):
     return (fixtures / f"{name}.txt").read_text()
@@ -220,20 +224,7 @@ def test_mapping(npu_smi_fixtures):
 def test_every_capture_through_kv_reader(npu_smi_fixtures):
     for f in sorted(npu_smi_fixtures.glob("*.txt")):
         text = f.read_text()
-        for fn in (
-            parse_kv_output,
-            parse_usages,
-            parse_common,
-            parse_temp,
-            parse_power,
-            parse_board,
-            parse_health,
-            parse_ecc,
-            parse_proc_mem,
-            parse_list,
-            parse_mapping,
-            parse_memory,
-        ):
+        for fn in ALL_PARSERS:
             fn(text)
 
 
@@ -249,14 +240,5 @@ def test_error_output_reported():
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list(" :\t\n#-0123456789ChipIDNPUx")), max_size=400))
 def test_fuzz_never_raises(text):
-    for fn in (
-        parse_usages,
-        parse_common,
-        parse_board,
-        parse_health,
-        parse_ecc,
-        parse_proc_mem,
-        parse_list,
-        parse_mapping,
-    ):
+    for fn in ALL_PARSERS:
         fn(text)
