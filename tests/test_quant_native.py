@@ -156,3 +156,26 @@ def test_a_failing_compiler_leaves_nothing_behind(tmp_path, monkeypatch):
     info = native.build()
     assert info.path is None and info.reason == "compiler failed: error: broken toolchain"
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_another_march_builds_its_own_library_that_has_no_avx512(tmp_path, monkeypatch):
+    """NPU_CONSOLE_KERNEL_ARCH=haswell builds what an AVX2-only server runs, beside (not over)
+    this CPU's own build; a name that is not a -march value is ignored."""
+    if native._unavailable_reason(native.cpu_flags()):
+        pytest.skip("not an AVX2 x86-64 CPU")
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
+    monkeypatch.setenv(native.ARCH_ENV, "bad name; rm -rf /")
+    assert "-march=native" in native.build_flags()
+    monkeypatch.setenv(native.ARCH_ENV, "haswell")
+    assert "-march=haswell" in native.build_flags()
+    avx2 = native.build()
+    if avx2.path is None:
+        pytest.skip(avx2.reason)
+    monkeypatch.delenv(native.ARCH_ENV)
+    own = native.build()
+    assert own.path is not None and own.path != avx2.path
+    dis = subprocess.run(["objdump", "-d", str(avx2.path)], capture_output=True, text=True,
+                         check=False)
+    if dis.returncode != 0:
+        pytest.skip("no objdump")
+    assert "zmm" not in dis.stdout and "ymm" in dis.stdout  # AVX2 registers, no AVX-512 ones

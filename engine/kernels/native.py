@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -38,6 +39,17 @@ SOURCE = Path(__file__).with_name("cpu_decode.c")
 SOURCES = (SOURCE, Path(__file__).with_name("cpu_gemm.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 ENV_SWITCH = "NPU_CONSOLE_NATIVE_KERNELS"
+# Build for another -march than this CPU's own, e.g. `haswell` (AVX2 + FMA, no AVX-512): how a
+# VNNI machine measures what an AVX2-only server gets (docs/benchmarks.md). Unset: native.
+ARCH_ENV = "NPU_CONSOLE_KERNEL_ARCH"
+
+
+def build_flags() -> tuple[str, ...]:
+    arch = os.environ.get(ARCH_ENV, "").strip().lower() or "native"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.+-]*", arch):
+        log.warning("ignoring %s=%r (not a -march name)", ARCH_ENV, arch)
+        arch = "native"
+    return tuple(f"-march={arch}" if f == "-march=native" else f for f in FLAGS)
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,8 @@ def build() -> BuildInfo:
     if not cc or not shutil.which(cc):
         return BuildInfo(None, "no C compiler (install gcc)")
     src = b"".join(p.read_bytes() for p in SOURCES)
-    key = hashlib.sha256(src + " ".join(FLAGS).encode() + " ".join(sorted(flags)).encode()
+    cflags = build_flags()
+    key = hashlib.sha256(src + " ".join(cflags).encode() + " ".join(sorted(flags)).encode()
                          + cc.encode()).hexdigest()[:16]
     out = kernel_dir() / f"cpu_gemm-{key}.so"
     tmp = None
@@ -85,7 +98,7 @@ def build() -> BuildInfo:
             log.warning("refusing the cached kernel %s (%s); rebuilding it", out, why)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
-        proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True,
+        proc = subprocess.run([cc, *cflags, "-o", tmp, str(SOURCE)], capture_output=True,
                               text=True, timeout=120, check=False)
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["?"])[0]
