@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         status bar ("engine: 10.0.0.5:8000 · ready") instead of this console's."""
         text = self.ctx.remote.focus_text()
         if not text:
+            self._on_models(self.ctx.engine_host.models())
             if self._local_stats is not None:
                 self._show_local(self._local_stats)
             elif self.engine_label.text().startswith("engine: ") and " · " in \
@@ -181,15 +182,21 @@ class MainWindow(QMainWindow):
         stats = conn.stats if conn is not None else None
         self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}"
                                  if stats is not None else "running – · queue –")
+        self._show_models_of(conn.models if conn is not None else [],
+                             f" @ {conn.host}" if conn is not None else "")
 
     def _on_models(self, models) -> None:
+        if not self.ctx.remote.focus_text():  # else the server's models are on show
+            self._show_models_of(models)
+
+    def _show_models_of(self, models, where: str = "") -> None:
         if not models:
-            self.model_label.setText("no model")
+            self.model_label.setText(f"no model{where}")
             self.model_badge.set("", "none")
             return
         m = models[0]
         more = f" (+{len(models) - 1})" if len(models) > 1 else ""
-        self.model_label.setText(f"model: {m.name} · {m.dtype}{more}")
+        self.model_label.setText(f"model: {m.name}{where} · {m.dtype}{more}")
         self.model_badge.set("INT8" if m.quantization else "", "info")
         self.model_badge.setToolTip(m.quantization or "")
 

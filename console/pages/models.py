@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from npu_console.console.pages.base import Page
+from npu_console.console.pages.models_remote import RemoteModels
 from npu_console.console.widgets.basic import card, fmt_bytes, muted, page_title
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -44,6 +45,8 @@ class ModelsPage(Page):
         head = QHBoxLayout()
         head.addWidget(page_title("Models"))
         head.addStretch(1)
+        self.remote = RemoteModels(self)  # a connected server as the target (its own card)
+        head.addWidget(self.remote.picker)
         self.open_btn = QPushButton("Open folder…")
         self.open_btn.setProperty("primary", True)
         self.open_gguf_btn = QPushButton("Open GGUF…")
@@ -93,6 +96,7 @@ class ModelsPage(Page):
         info.addWidget(self.warnings)
         info.addStretch(1)
         top.addWidget(self.info_card, 3)
+        top.addWidget(self.remote.card, 3)
 
         # load options
         self.load_card = card()
@@ -183,6 +187,7 @@ class ModelsPage(Page):
         host.engine_ready.connect(lambda _e: self._fill_devices())
         host.engine_failed.connect(lambda msg: self.status.setText(f"Engine failed: {msg}"))
         self.refresh_recent()
+        self.remote._servers_changed()
 
     # ------------------------------------------------------------------ folder
 
@@ -268,7 +273,7 @@ class ModelsPage(Page):
 
     def _fill_devices(self) -> None:
         devices = self.ctx.engine_host.devices
-        if not devices:
+        if not devices or self.remote.active():
             return
         self.device_box.blockSignals(True)
         self.device_box.clear()
@@ -306,6 +311,8 @@ class ModelsPage(Page):
     # ------------------------------------------------------------------ load
 
     def start_load(self):
+        if self.remote.active():
+            return self.remote.start_load()
         if self.report is None or self.job is not None:
             return None
         name = self.name_edit.text().strip() or Path(self.report.path).name
@@ -315,6 +322,7 @@ class ModelsPage(Page):
 
     def on_load_started(self, job) -> None:
         self.job = job
+        self.remote.picker.setEnabled(False)  # the Load card shows this load until it ends
         self.load_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
         self.progress.setVisible(True)
@@ -327,12 +335,15 @@ class ModelsPage(Page):
             self.status.setText(f"Loading {self.job.name}: {stage}")
 
     def cancel_load(self) -> None:
-        if self.job is not None:
+        if self.remote.active():
+            self.remote.cancel()
+        elif self.job is not None:
             self.ctx.engine_host.cancel(self.job.job_id)
             self.status.setText("Cancelling…")
 
     def on_finished(self, job_id: int, info, error: str) -> None:
         job, self.job = self.job, None
+        self.remote.picker.setEnabled(True)
         self.cancel_btn.setEnabled(False)
         self.progress.setVisible(False)
         self.load_btn.setEnabled(self.report is not None)
@@ -351,6 +362,8 @@ class ModelsPage(Page):
             self.show_error(f"Could not load {job.name}", error)
 
     def show_models(self, models) -> None:
+        if self.remote.active():  # the table shows the server's models
+            return
         self.table.setRowCount(len(models))
         for row, m in enumerate(models):
             values = (m.name, m.architecture, m.dtype, m.quantization or "float", m.device,
@@ -368,9 +381,13 @@ class ModelsPage(Page):
         self.empty_loaded.setVisible(not models)
 
     def unload_selected(self) -> None:
+        if self.remote.active():
+            self.remote.unload_selected()
+            return
         rows = {i.row() for i in self.table.selectedItems()}
         for row in rows:
             self.ctx.engine_host.unload(self.table.item(row, 0).text())
 
     def activated(self) -> None:
+        self.remote.show_focus()
         self.show_models(self.ctx.engine_host.models())

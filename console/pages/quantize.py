@@ -13,6 +13,7 @@ from pathlib import Path
 
 from npu_console.console.jobs import BackgroundJob, Reporter
 from npu_console.console.pages.base import Page
+from npu_console.console.pages.quantize_remote import RemoteQuant
 from npu_console.console.pages.quantize_results import RunStep
 from npu_console.console.pages.quantize_steps import (
     CalibStep,
@@ -102,6 +103,9 @@ class QuantizePage(Page):
         # the controls scripts and the README screenshots set directly
         self.budget = self.sens_step.budget
         self.auto_load = self.run_step.auto_load
+        # a connected server with admin as where the run goes (quantize_remote.py)
+        self.remote = RemoteQuant(self)
+        head.addWidget(self.remote.picker)
 
         nav = QHBoxLayout()
         self.plan_label = muted("")
@@ -160,7 +164,8 @@ class QuantizePage(Page):
     # ------------------------------------------------------------------ choices
 
     def set_models(self, models) -> None:
-        self.model_step.set_models(models)
+        if not self.remote.active():  # else the list is the server's
+            self.model_step.set_models(models)
 
     def set_model_folder(self, path: str) -> None:
         self.model_step.set_folder(path)
@@ -181,6 +186,7 @@ class QuantizePage(Page):
 
     def plan(self) -> QuantPlan:
         """The wizard's choices; ValueError (one line) when something is missing."""
+        self.remote.check()
         data = self.model_step.choice()
         if data is None:
             raise ValueError("Pick a model first (step 1).")
@@ -201,7 +207,8 @@ class QuantizePage(Page):
 
     def _options_changed(self) -> None:
         data = self.model_step.choice()
-        self.method_step.set_head_share(self._head_share(data[1]) if data else None)
+        local = not self.remote.active()  # a server's paths are not this machine's
+        self.method_step.set_head_share(self._head_share(data[1]) if data and local else None)
         try:
             plan = self.plan()
         except ValueError as exc:
@@ -212,10 +219,10 @@ class QuantizePage(Page):
             self.sens_step.sens_btn.setEnabled(False)
             return
         self.run_step.run_btn.setEnabled(not self.busy())
-        self.sens_step.sens_btn.setEnabled(not self.busy())
+        self.sens_step.sens_btn.setEnabled(not self.busy() and local)
         self.plan_label.setText(f"{plan.model_name}: {plan.describe()}")
         self.run_step.show_plan(plan)
-        known = self.store.find(plan.key())
+        known = self.store.find(plan.key()) if local else None
         known_label = self.run_step.known_label
         if known is not None and known.key == self._fresh_key:
             known_label.setText("")
@@ -251,6 +258,10 @@ class QuantizePage(Page):
             path = step.file()
         except ValueError:
             step.calib_info.setText("Choose a file.")
+            return
+        if path is not None and self.remote.active():
+            step.calib_info.setText("Read on the server when the run starts (a path under its "
+                                    "roots).")
             return
         if path is None:
             step.calib_info.setText("16 samples of 128 tokens, sampled from the model after BOS "
@@ -326,6 +337,8 @@ class QuantizePage(Page):
         except ValueError as exc:
             panel.finish(str(exc))
             return None
+        if self.remote.active():
+            return self.remote.start(plan, panel)
         job = self._start_job(lambda r: run_plan(plan, _events(r), r.cancel), "quantize",
                               panel)
         if job is None:
@@ -365,6 +378,9 @@ class QuantizePage(Page):
 
     def load_variant(self, run: QuantRun | None) -> str | None:
         if run is None:
+            return None
+        if run.key.startswith("remote:"):  # an output on the server: loaded there
+            self.remote.load_output(run.out_dir)
             return None
         status = self.run_step.save_status
         for m in self.ctx.engine_host.models():
@@ -417,6 +433,9 @@ class QuantizePage(Page):
         job.finished.connect(lambda p: status.setText(f"Saved {fmt} to {p}"))
         job.failed.connect(lambda msg: status.setText(f"⚠ Saving failed: {msg}"))
         return job
+
+    def activated(self) -> None:
+        self.remote.show_focus()
 
     def shutdown(self) -> None:
         for job in (self.job, self._calib_job):

@@ -49,7 +49,9 @@ class QuantizeBody(BaseModel):
     group_size: int = Field(0, ge=0, le=4096)
     samples: int = Field(64, ge=1, le=4096)
     seq_len: int = Field(256, ge=8, le=32768)
-    int8_head: bool = False
+    int8_head: bool | Literal["auto", "on", "off"] = Field(
+        False, description="lm_head and embeddings in int8: on, off, or auto (int8 when the "
+                           "head is at least 15 % of the weights); true / false as on / off")
     budget_pct: float | None = Field(None, gt=0.0, lt=1000.0)
     calib_path: str | None = Field(None, max_length=1024,
                                    description="calibration text (an admin path); default: the "

@@ -1,0 +1,314 @@
+"""The Models page aimed at a connected server: its model folders (the admin listing, ROOT/REL
+paths), Load with the job's progress and Cancel in the page's own Load card, Unload of the
+models it serves. A server without `--allow-admin` gets one line saying so and nothing that
+would fail. Every call to the server is a BackgroundJob over console/remote_jobs.py."""
+
+from __future__ import annotations
+
+from npu_console.console.engines import LOCAL
+from npu_console.console.jobs import BackgroundJob
+from npu_console.console.remote_jobs import NO_ADMIN, read_admin, remote_load, remote_unload
+from npu_console.console.widgets.basic import card, fmt_bytes, muted
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+)
+
+FOLDER_HEADERS = ["Path", "Format", "Size", "Summary", "Loaded as"]
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOCAL_DTYPES = DTYPES[1:]  # the page's own list: this machine picks no "auto"
+
+
+class RemoteModels(QObject):
+    """Owns the target picker and the server's folder card; drives the page's Load card and
+    loaded-models table while a server is the target."""
+
+    def __init__(self, page):
+        super().__init__(page)
+        self.page = page
+        self.ctx = page.ctx
+        self.view = None  # the last AdminView read
+        self.job: BackgroundJob | None = None  # a load or an unload on the server
+        self._read: BackgroundJob | None = None
+        self._gen = 0
+        self.picker = QComboBox()
+        self.picker.setToolTip("Whose models: this machine's engine or a connected server's")
+        self.picker.addItem("This machine", LOCAL)
+        self.picker.currentIndexChanged.connect(lambda _i: self._target_changed())
+
+        self.card = card()
+        lay = QVBoxLayout(self.card)
+        lay.setContentsMargins(14, 10, 14, 10)
+        head = QHBoxLayout()
+        self.title = QLabel("Model folders on the server")
+        self.title.setObjectName("CardTitle")
+        head.addWidget(self.title)
+        head.addStretch(1)
+        self.refresh_btn = QPushButton("Refresh")
+        self.refresh_btn.clicked.connect(self.refresh)
+        head.addWidget(self.refresh_btn)
+        lay.addLayout(head)
+        self.notice = muted("")
+        self.notice.setWordWrap(True)
+        lay.addWidget(self.notice)
+        self.folders = QTableWidget(0, len(FOLDER_HEADERS))
+        self.folders.setHorizontalHeaderLabels(FOLDER_HEADERS)
+        self.folders.verticalHeader().setVisible(False)
+        self.folders.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.folders.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.folders.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        hh = self.folders.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeToContents)
+        hh.setSectionResizeMode(3, QHeaderView.Stretch)
+        self.folders.itemSelectionChanged.connect(self._folder_picked)
+        lay.addWidget(self.folders, 1)
+        self.card.hide()
+        self.ctx.remote.changed.connect(self._servers_changed)
+
+    # ------------------------------------------------------------------ target
+    def target(self) -> str:
+        return self.picker.currentData() or LOCAL
+
+    def active(self) -> bool:
+        return self.target() != LOCAL
+
+    def select(self, url: str | None) -> None:
+        """Aim the page at a connected server (None: this machine)."""
+        i = self.picker.findData(url or LOCAL)
+        if i < 0:
+            raise ValueError(f"{url} is not connected")
+        self.picker.setCurrentIndex(i)
+
+    def _servers_changed(self) -> None:
+        box = self.picker
+        conns = self.ctx.remote.connections()
+        if [c.url for c in conns] == [box.itemData(i) for i in range(1, box.count())]:
+            return
+        current = box.currentData()
+        box.blockSignals(True)
+        while box.count() > 1:
+            box.removeItem(1)
+        for c in conns:
+            box.addItem(f"Server {c.label}", c.url)
+        box.setCurrentIndex(max(0, box.findData(current)))
+        box.blockSignals(False)
+        if box.currentData() != current:  # its server went away
+            self._target_changed()
+
+    def _target_changed(self) -> None:
+        p = self.page
+        remote = self.active()
+        for w in (p.open_btn, p.open_gguf_btn, p.recent, p.info_card, p.estimate, p.mem_bar):
+            w.setVisible(not remote)
+        self.card.setVisible(remote)
+        self.show_focus()
+        if not remote:
+            p.load_card.setVisible(True)
+            p.unload_btn.setVisible(True)
+            p.dtype_box.clear()
+            for d in LOCAL_DTYPES:
+                p.dtype_box.addItem(d, d)
+            p.device_box.clear()
+            p.device_box.addItem("cpu", "cpu")
+            p._fill_devices()
+            p.load_btn.setEnabled(p.report is not None and p.job is None)
+            p.status.setText("")
+            p.show_models(self.ctx.engine_host.models())
+            return
+        conn = self.ctx.engines.get(self.target())
+        self.title.setText(f"Model folders on {conn.label if conn else self.target()}")
+        p.device_box.clear()
+        p.device_box.addItem("auto (the server's default)", "auto")
+        p.device_box.addItem("cpu", "cpu")
+        p.dtype_box.clear()
+        for d in DTYPES:
+            p.dtype_box.addItem(d, d)
+        p.load_btn.setEnabled(False)
+        p.status.setText("")
+        self.view = None
+        self.folders.setRowCount(0)  # another server's folders are not this one's
+        self._show_loaded([])
+        self.refresh()
+
+    def show_focus(self) -> None:
+        if self.page.isVisible():
+            self.ctx.remote.set_focus(self.target() if self.active() else None)
+
+    # ------------------------------------------------------------------ reading the server
+    def _key(self) -> tuple[str, str | None] | None:
+        conn = self.ctx.engines.get(self.target())
+        return (conn.url, conn.engine.api_key) if conn is not None else None
+
+    def refresh(self) -> BackgroundJob | None:
+        """Read the server's admin listing again (off the GUI thread)."""
+        where = self._key()
+        if where is None:
+            return None
+        self._gen += 1
+        gen = self._gen
+        self.notice.setText("Reading the server's model folders…")
+        job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
+        job.finished.connect(lambda view: gen == self._gen and self._show_view(view))
+        job.failed.connect(lambda msg: gen == self._gen and self._show_failure(msg))
+        self._read = job.start()
+        return job
+
+    def reading(self) -> bool:
+        return self._read is not None and self._read.running()
+
+    def _show_view(self, view) -> None:
+        if view.url != self.target():
+            return
+        self.view = view
+        p = self.page
+        allowed = view.allowed
+        self.folders.setVisible(allowed)
+        p.load_card.setVisible(allowed)
+        p.unload_btn.setVisible(allowed)
+        if not allowed:
+            self.notice.setText(NO_ADMIN + " Its models are listed below; chat and benchmarks "
+                                "can use them.")
+            conn = self.ctx.engines.get(view.url)
+            self._show_loaded([{"name": m.name, "architecture": m.architecture,
+                                "dtype": m.dtype, "quantization": m.quantization,
+                                "device": m.device} for m in (conn.models if conn else [])])
+            return
+        listing = view.listing
+        self.notice.setText(f"Roots: {', '.join(listing.roots)} · quantized models are written "
+                            f"to {listing.output_root}/. Pick a folder, then Load.")
+        selected = self.selected_path()
+        self.folders.setRowCount(len(listing.models))
+        for r, m in enumerate(listing.models):
+            cells = (m.path, m.format, fmt_bytes(m.size_bytes),
+                     m.summary if m.ok else "⚠ " + "; ".join(m.problems),
+                     ", ".join(m.loaded_as) or "–")
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(m.summary)
+                self.folders.setItem(r, c, item)
+            if m.path == selected:
+                self.folders.selectRow(r)
+        self._show_loaded(list(listing.loaded))
+        self._folder_picked()
+
+    def _show_failure(self, message: str) -> None:
+        self.notice.setText(f"⚠ Cannot read the server: {message}")
+        self.folders.setRowCount(0)
+        self.page.load_card.setVisible(False)
+        self.page.unload_btn.setVisible(False)
+
+    def _show_loaded(self, served: list[dict]) -> None:
+        t = self.page.table
+        t.setRowCount(len(served))
+        for r, m in enumerate(served):
+            cells = (m.get("name", ""), m.get("architecture") or "–", m.get("dtype") or "–",
+                     m.get("quantization") or "float", m.get("device") or "–", "–", "–", "–")
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(str(text))
+                item.setToolTip(m.get("path") or "")
+                t.setItem(r, c, item)
+        self.page.empty_loaded.setText("No model served yet." if not served else "")
+        self.page.empty_loaded.setVisible(not served)
+
+    def models(self) -> list:
+        """The folders listed (AdminModel), [] before a read or without admin."""
+        return list(self.view.listing.models) if self.view and self.view.listing else []
+
+    def selected_path(self) -> str | None:
+        rows = {i.row() for i in self.folders.selectedItems()}
+        if not rows:
+            return None
+        item = self.folders.item(min(rows), 0)
+        return item.text() if item else None
+
+    def select_folder(self, path: str) -> None:
+        for r in range(self.folders.rowCount()):
+            if self.folders.item(r, 0).text() == path:
+                self.folders.selectRow(r)
+                return
+        raise ValueError(f"{path} is not listed by the server")
+
+    def _folder_picked(self) -> None:
+        path = self.selected_path()
+        model = next((m for m in self.models() if m.path == path), None)
+        p = self.page
+        if model is not None:
+            served = {p.table.item(r, 0).text() for r in range(p.table.rowCount())}
+            name, base, i = model.name, model.name, 2
+            while name in served:
+                name, i = f"{base}-{i}", i + 1
+            p.name_edit.setText(name)
+        p.load_btn.setEnabled(model is not None and model.ok and not self.busy())
+
+    # ------------------------------------------------------------------ load / unload
+    def busy(self) -> bool:
+        return self.job is not None and self.job.running()
+
+    def start_load(self) -> BackgroundJob | None:
+        p = self.page
+        where, path = self._key(), self.selected_path()
+        allowed = self.view is not None and self.view.allowed
+        if where is None or path is None or self.busy() or not allowed:
+            return None
+        name = p.name_edit.text().strip() or None
+        device, dtype = p.device_box.currentData(), p.dtype_box.currentData()
+        job = BackgroundJob(lambda r: remote_load(*where, path, name, device, dtype, r,
+                                                  r.cancel), "admin-load", parent=self)
+        job.progress.connect(lambda f, msg: (p.progress.setValue(int(f * 100)),
+                                             p.status.setText(f"Loading {path} on the server: "
+                                                              f"{msg}")))
+        job.finished.connect(lambda state: p.status.setText(
+            f"Loaded {state.result.get('name', path) if state.result else path} on the server."))
+        job.cancelled.connect(lambda: p.status.setText("Loading cancelled; the server freed "
+                                                       "what it had allocated."))
+        job.failed.connect(lambda msg: p.status.setText(f"Loading failed: {msg}"))
+        job.ended.connect(self._job_ended)
+        self._running(True)
+        p.progress.setValue(0)
+        p.status.setText(f"Loading {path} on the server…")
+        self.job = job.start()
+        return job
+
+    def cancel(self) -> None:
+        if self.busy():
+            self.job.cancel()
+            self.page.status.setText("Cancelling on the server…")
+            self.page.cancel_btn.setEnabled(False)
+
+    def unload_selected(self) -> BackgroundJob | None:
+        t = self.page.table
+        rows = sorted({i.row() for i in t.selectedItems()})
+        where = self._key()
+        if not rows or where is None or self.busy() or not (self.view and self.view.allowed):
+            return None
+        name = t.item(rows[0], 0).text()
+        job = BackgroundJob(lambda _r: remote_unload(*where, name), "admin-unload", parent=self)
+        job.finished.connect(lambda n: self.page.status.setText(f"Unloaded {n} on the server."))
+        job.failed.connect(lambda msg: self.page.status.setText(f"Unloading failed: {msg}"))
+        job.ended.connect(self._job_ended)
+        self._running(True, progress=False)
+        self.page.status.setText(f"Unloading {name} on the server…")
+        self.job = job.start()
+        return job
+
+    def _running(self, on: bool, progress: bool = True) -> None:
+        p = self.page
+        self.picker.setEnabled(not on)
+        p.cancel_btn.setEnabled(on and progress)
+        p.progress.setVisible(on and progress)
+        p.unload_btn.setEnabled(False)
+        if on:
+            p.load_btn.setEnabled(False)
+
+    def _job_ended(self) -> None:
+        self._running(False)
+        self.refresh()
+        self.ctx.remote.refresh(self.target())  # chat and the pickers see the change
