@@ -59,11 +59,14 @@ def follow(admin: RemoteAdmin, job: JobState, report: Callable[[float, str], Non
                         log.warning("cancelling admin job %s: %s", job.id, exc)
                 return
 
-    start_thread(watch, f"admin-cancel-{job.id}")
+    watcher = start_thread(watch, f"admin-cancel-{job.id}")
     try:
         return admin.wait(job.id, lambda s: report(s.fraction, s.message or s.stage))
     finally:
         done.set()
+        # the final event can come before the DELETE's answer: the caller closes the client
+        # next, so the cancel gets its answer first (the server answers within its 10 s wait)
+        watcher.join(timeout=15.0)
 
 
 def _outcome(final: JobState, what: str) -> JobState:

@@ -60,6 +60,9 @@ def main(argv: list[str]) -> int:
     from screenshot_remote import capture_remote  # attached to a headless serve (issue 25)
 
     paths += capture_remote(out, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_remote_admin import capture_remote_admin  # Models / Quantize on a server
+
+    paths += capture_remote_admin(out, Path(os.environ["NPU_CONSOLE_HOME"]))
     from screenshot_chat_model import capture_chat_model, find_chat_model
 
     chat_model = find_chat_model()  # the real chat model, where `make run` fetched it

@@ -84,8 +84,9 @@ def _models_page(window, qtbot, url: str):
     return page
 
 
-def test_models_page_loads_and_unloads_on_the_server(window, servers, qtbot):
+def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model_dir, qtbot):
     url = servers["admin"]
+    assert window.page("models").open_folder(str(demo_model_dir))  # this machine's folder
     page = _models_page(window, qtbot, url)
     remote = page.remote
     assert remote.view.allowed and not page.info_card.isVisible() and remote.card.isVisible()
@@ -129,6 +130,8 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, qtbot):
     remote.select(None)
     assert page.info_card.isVisible() and not remote.card.isVisible()
     assert page.table.item(0, 0).text() == "local"
+    assert page.dtype_box.currentData() == "float32" and page.load_btn.isEnabled()
+    assert "Needs about" in page.estimate.text()
     assert window.model_label.text().startswith("model: local · ")
 
 

@@ -289,7 +289,7 @@ class ModelsPage(Page):
     def update_estimate(self) -> None:
         from npu_console.engine.models import estimate_memory, fits_message
 
-        if self.report is None:
+        if self.report is None or self.remote.active():  # a server's folder: no estimate
             return
         dtype = self.dtype_box.currentData()
         est = estimate_memory(self.report, dtype=dtype, quantization=self.report.quantization)

@@ -113,12 +113,16 @@ class RemoteModels(QObject):
         if not remote:
             p.load_card.setVisible(True)
             p.unload_btn.setVisible(True)
-            p.dtype_box.clear()
+            for box in (p.dtype_box, p.device_box):  # no estimate from half-filled boxes
+                box.blockSignals(True)
+                box.clear()
             for d in LOCAL_DTYPES:
                 p.dtype_box.addItem(d, d)
-            p.device_box.clear()
             p.device_box.addItem("cpu", "cpu")
+            for box in (p.dtype_box, p.device_box):
+                box.blockSignals(False)
             p._fill_devices()
+            p.update_estimate()
             p.load_btn.setEnabled(p.report is not None and p.job is None)
             p.status.setText("")
             p.show_models(self.ctx.engine_host.models())

@@ -85,6 +85,7 @@ class RemoteQuant(QObject):
             else "path to a calibration file")
         p.run_step.fmt_box.setEnabled(not remote)
         self.evaluate.setVisible(remote)
+        p.run_step.load_btn.setText("Load on the server" if remote else "Load into engine")
         p.run_step.auto_load.setText("Load the result on the server" if remote
                                      else "Load the result into the engine")
         self.show_focus()
