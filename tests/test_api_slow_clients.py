@@ -6,7 +6,6 @@ The server is a real subprocess on the demo model."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 
 import httpx
 import pytest
+from support.serve import read_url
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,7 @@ def server(demo_model_dir):
          "--port", "0", "--threads", "1", "--log-level", "warning",
          "--header-timeout", str(HEADER_TIMEOUT_S)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = None
-    deadline = time.monotonic() + 240
-    while url is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        m = re.search(r"at (http://\S+)/v1", line)
-        url = m.group(1) if m else None
+    url = read_url(proc, 240)
     try:
         assert url, "serve did not start"
         yield proc, url

@@ -5,13 +5,13 @@ crashed or unplugged server) and start again on the same port: the fleet tests' 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 from urllib.parse import urlsplit
+
+from support.serve import read_url
 
 
 class ServeProcess:
@@ -36,20 +36,12 @@ class ServeProcess:
 
     def wait_ready(self, timeout: float = 240.0) -> str:
         assert self.proc is not None and self.proc.stderr is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            self.lines.append(line)
-            m = re.search(r" at (http://\S+)/v1", line)
-            if m:
-                self.url = m.group(1)
-                self.port = urlsplit(self.url).port or self.port  # a restart reuses it
-                threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-                return self.url
+        url = read_url(self.proc, timeout, self.lines)
+        if url:
+            self.url = url
+            self.port = urlsplit(self.url).port or self.port  # a restart reuses it
+            threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+            return self.url
         raise AssertionError(f"serve did not start: {''.join(self.lines)[-2000:]}")
 
     def _drain(self, proc: subprocess.Popen) -> None:

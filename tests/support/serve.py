@@ -11,6 +11,26 @@ import sys
 import threading
 import time
 
+_URL_RE = re.compile(r" at (http://\S+)/v1")
+
+
+def read_url(proc: subprocess.Popen, timeout: float, lines: list[str] | None = None) -> str | None:
+    """The base URL `serve` logs once it listens, read from `proc`'s stderr (every line read is
+    kept in `lines`); None when it exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                return None
+            continue
+        if lines is not None:
+            lines.append(line)
+        m = _URL_RE.search(line)
+        if m:
+            return m.group(1)
+    return None
+
 
 class Serve:
     """`npu-console serve --port 0 --threads 1 --log-level warning ARGS`."""
@@ -26,17 +46,9 @@ class Serve:
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _wait_for_url(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            self.lines.append(line)
-            m = re.search(r" at (http://\S+)/v1", line)
-            if m:
-                return m.group(1)
+        url = read_url(self.proc, timeout, self.lines)
+        if url:
+            return url
         self.proc.kill()
         raise AssertionError(f"serve did not start: {''.join(self.lines)[-2000:]}")
 
