@@ -117,7 +117,7 @@ def test_generate_smi_eval_quantize_and_bench_offline(venv, tmp_path):
     assert json.loads(res.stdout)["perplexity"] > 1
 
     out = tmp_path / "demo-w8a16"
-    demo = venv.glob("lib/python*/site-packages/assets/models/demo")
+    demo = venv.glob("lib/python*/site-packages/npu_console/assets/models/demo")
     res = _cli(venv, "quantize", "--model", next(demo), "--method", "w8a16", "--out", out,
                "--json")
     assert res.returncode == 0, res.stderr[-2000:]
