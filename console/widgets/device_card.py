@@ -17,16 +17,35 @@ def health_kind(health: str | None) -> str:
     return _HEALTH_KIND.get(health.strip().lower(), "warn")
 
 
-class DeviceCard(QFrame):
-    """Renders DeviceSnapshot (accelerators) or HostSnapshot (the CPU fallback). A click on an
-    accelerator's card emits `clicked(key)` (the dashboard opens the chip's detail drawer)."""
+class SelectableCard(QFrame):
+    """A card that emits `clicked(key)` on a left click (once `clickable`) and can be shown as
+    the selected one (the `selected` property, styled in the theme)."""
 
     clicked = Signal(str)
 
-    def __init__(self, key: str, parent=None):
+    def __init__(self, key: str, clickable: bool, parent=None):
         super().__init__(parent)
         self.key = key
-        self.clickable = False
+        self.clickable = clickable
+
+    def mouseReleaseEvent(self, event) -> None:
+        if self.clickable and event.button() == Qt.LeftButton and self.rect().contains(
+                event.position().toPoint()):
+            self.clicked.emit(self.key)
+        super().mouseReleaseEvent(event)
+
+    def set_selected(self, selected: bool) -> None:
+        if bool(self.property("selected")) != selected:
+            self.setProperty("selected", selected)
+            repolish(self)
+
+
+class DeviceCard(SelectableCard):
+    """Renders DeviceSnapshot (accelerators) or HostSnapshot (the CPU fallback). A click on an
+    accelerator's card emits `clicked(key)` (the dashboard opens the chip's detail drawer)."""
+
+    def __init__(self, key: str, parent=None):
+        super().__init__(key, clickable=False, parent=parent)
         self.setObjectName("DeviceCard")
         self.setProperty("card", True)
         self.setMinimumWidth(215)
@@ -61,17 +80,6 @@ class DeviceCard(QFrame):
             grid.addWidget(widget, row, 1)
         grid.setColumnStretch(1, 1)
         lay.addLayout(grid)
-
-    def mouseReleaseEvent(self, event) -> None:
-        if self.clickable and event.button() == Qt.LeftButton and self.rect().contains(
-                event.position().toPoint()):
-            self.clicked.emit(self.key)
-        super().mouseReleaseEvent(event)
-
-    def set_selected(self, selected: bool) -> None:
-        if bool(self.property("selected")) != selected:
-            self.setProperty("selected", selected)
-            repolish(self)
 
     def show_device(self, dev) -> None:
         if not self.clickable:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.theme import repolish
-from npu_console.console.widgets.basic import Badge, Lamp, fmt_mb, fmt_num, muted
-from npu_console.console.widgets.device_card import _mem_label, health_kind
+from npu_console.console.widgets.basic import Badge, Lamp, card_title, fmt_mb, fmt_num, muted
+from npu_console.console.widgets.device_card import SelectableCard, _mem_label, health_kind
 from npu_console.engine.remote.fleet import chip_summary
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -26,14 +25,11 @@ _LAMP = {"up": "on", "connecting": "busy", "unreachable": "error", "unauthorized
 CARD_WIDTH = 268
 
 
-class HostCard(QFrame):
+class HostCard(SelectableCard):
     """One host. `key` is the server's URL, or LOCAL for this machine."""
 
-    clicked = Signal(str)
-
     def __init__(self, key: str, parent=None):
-        super().__init__(parent)
-        self.key = key
+        super().__init__(key, clickable=True, parent=parent)
         self.state = "connecting"
         self.setObjectName("HostCard")
         self.setProperty("card", True)
@@ -46,8 +42,7 @@ class HostCard(QFrame):
         head = QHBoxLayout()
         head.setSpacing(6)
         self.lamp = Lamp("off")
-        self.title = QLabel("this machine" if key == LOCAL else key)
-        self.title.setObjectName("CardTitle")
+        self.title = card_title("this machine" if key == LOCAL else key)
         self.health = Badge("", "none")
         head.addWidget(self.lamp)
         head.addWidget(self.title, 1)
@@ -73,16 +68,6 @@ class HostCard(QFrame):
         self.note.setWordWrap(True)
         lay.addWidget(self.note)
         self.retry_at: float | None = None
-
-    def mouseReleaseEvent(self, event) -> None:
-        if event.button() == Qt.LeftButton and self.rect().contains(event.position().toPoint()):
-            self.clicked.emit(self.key)
-        super().mouseReleaseEvent(event)
-
-    def set_selected(self, selected: bool) -> None:
-        if bool(self.property("selected")) != selected:
-            self.setProperty("selected", selected)
-            repolish(self)
 
     # ------------------------------------------------------------------ content
     def show_local(self, telemetry, stats, alerts: int, source: str) -> None:
