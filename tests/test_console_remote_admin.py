@@ -11,6 +11,7 @@ own engine serves the demo model as "local"."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,8 @@ from PySide6.QtCore import Qt
 from support.serve import Serve
 
 KEY = "sk-admin-0123456789abcdef"
+SMOLLM2 = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm2-135m-instruct" / \
+    "SmolLM2-135M-Instruct.Q4_1.gguf"
 WAIT_MS = 120_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
@@ -33,6 +36,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]
 def roots(tmp_path_factory, demo_model_dir):
     base = tmp_path_factory.mktemp("admin-roots")
     shutil.copytree(demo_model_dir, base / "models" / "demo")
+    if SMOLLM2.exists():  # a real GGUF: converting it takes long enough to cancel the load
+        shutil.copyfile(SMOLLM2, base / "models" / SMOLLM2.name)
     return {"models": base / "models", "out": base / "quantized"}
 
 
@@ -90,8 +95,8 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     page = _models_page(window, qtbot, url)
     remote = page.remote
     assert remote.view.allowed and not page.info_card.isVisible() and remote.card.isVisible()
-    assert [remote.folders.item(r, 0).text() for r in range(remote.folders.rowCount())] == [
-        "models/demo"]
+    assert "models/demo" in [remote.folders.item(r, 0).text()
+                             for r in range(remote.folders.rowCount())]
     assert [page.table.item(r, 0).text() for r in range(page.table.rowCount())] == ["base"]
     # the status bar: the server's engine and model, not this console's "local"
     assert window.engine_label.text().startswith(f"engine: {host_label(url)}")
@@ -115,7 +120,9 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     # the page reads the listing again: demo is served, loaded from models/demo
     qtbot.waitUntil(lambda: page.table.rowCount() == 2 and not remote.reading(), timeout=30_000)
     assert {page.table.item(r, 0).text() for r in range(2)} == {"base", "demo"}
-    assert remote.folders.item(0, 4).text() == "base, demo"
+    row = next(r for r in range(remote.folders.rowCount())
+               if remote.folders.item(r, 0).text() == "models/demo")
+    assert remote.folders.item(row, 4).text() == "base, demo"
 
     row = next(r for r in range(2) if page.table.item(r, 0).text() == "demo")
     page.table.selectRow(row)
@@ -133,6 +140,29 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     assert page.dtype_box.currentData() == "float32" and page.load_btn.isEnabled()
     assert "Needs about" in page.estimate.text()
     assert window.model_label.text().startswith("model: local · ")
+
+
+@pytest.mark.skipif(not SMOLLM2.exists(), reason="needs ../shared/models/smollm2-135m-instruct")
+def test_models_page_cancels_a_load_on_the_server(window, servers, qtbot):
+    url = servers["admin"]
+    page = _models_page(window, qtbot, url)
+    remote = page.remote
+    remote.select_folder(f"models/{SMOLLM2.name}")
+    page.name_edit.setText("smollm2")
+    values = []
+    page.progress.valueChanged.connect(values.append)
+    qtbot.mouseClick(page.load_btn, Qt.LeftButton)
+    qtbot.waitUntil(lambda: any(v > 0 for v in values) or not remote.busy(), timeout=WAIT_MS)
+    assert remote.busy(), page.status.text()  # still loading: the cancel has work to stop
+    qtbot.mouseClick(page.cancel_btn, Qt.LeftButton)
+    assert page.status.text() == "Cancelling on the server…"
+    qtbot.waitUntil(lambda: not remote.busy(), timeout=60_000)
+    assert page.status.text().startswith("Loading cancelled"), page.status.text()
+    with RemoteAdmin(url, KEY) as admin:
+        last = [j for j in admin.jobs() if j.kind == "load"][-1]
+    assert last.state == "cancelled" and last.params["name"] == "smollm2"
+    assert "smollm2" not in [m["name"] for m in _listing(url).loaded]
+    remote.select(None)
 
 
 def test_a_server_without_admin_says_so_and_offers_nothing(window, servers, qtbot):
@@ -170,6 +200,10 @@ def _wizard(window, qtbot, url: str):
     qtbot.waitUntil(lambda: page.remote.view is not None and not page.remote.reading(),
                     timeout=30_000)
     assert page.model_step.folder_btn.isHidden()
+    box = page.model_step.model_box
+    paths = [tuple(box.itemData(i))[1] for i in range(box.count())]
+    assert "models/demo" in paths  # the server's float models
+    box.setCurrentIndex(paths.index("models/demo"))
     assert page.model_step.choice() == ("demo", "models/demo")
     assert window.engine_label.text().startswith(f"engine: {host_label(url)}")
     return page

@@ -156,7 +156,10 @@ class RemoteQuant(QObject):
         box.clear()
         for m in models:
             box.addItem(f"{m.path}  ({m.summary})", (m.name, m.path))
-        box.setCurrentIndex(max(0, box.findData(current)) if current is not None else 0)
+        # by value: findData does not match the (name, path) tuples
+        keys = [tuple(box.itemData(i)) for i in range(box.count())]
+        box.setCurrentIndex(keys.index(tuple(current)) if current is not None
+                            and tuple(current) in keys else 0)
         box.blockSignals(False)
         self.page.model_step._model_changed()
         if self.problem:
