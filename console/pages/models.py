@@ -187,7 +187,6 @@ class ModelsPage(Page):
         host.engine_ready.connect(lambda _e: self._fill_devices())
         host.engine_failed.connect(lambda msg: self.status.setText(f"Engine failed: {msg}"))
         self.refresh_recent()
-        self.remote._servers_changed()
 
     # ------------------------------------------------------------------ folder
 

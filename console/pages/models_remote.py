@@ -5,14 +5,13 @@ would fail. Every call to the server is a BackgroundJob over console/remote_jobs
 
 from __future__ import annotations
 
-from npu_console.console.engines import LOCAL
 from npu_console.console.jobs import BackgroundJob
 from npu_console.console.remote_jobs import NO_ADMIN, read_admin, remote_load, remote_unload
 from npu_console.console.widgets.basic import card, fmt_bytes, muted
+from npu_console.console.widgets.server_target import ServerTarget
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -39,10 +38,9 @@ class RemoteModels(QObject):
         self.job: BackgroundJob | None = None  # a load or an unload on the server
         self._read: BackgroundJob | None = None
         self._gen = 0
-        self.picker = QComboBox()
+        self.picker = ServerTarget(self.ctx, "This machine", "Server {}", page)
         self.picker.setToolTip("Whose models: this machine's engine or a connected server's")
-        self.picker.addItem("This machine", LOCAL)
-        self.picker.currentIndexChanged.connect(lambda _i: self._target_changed())
+        self.picker.target_changed.connect(self._target_changed)
 
         self.card = card()
         lay = QVBoxLayout(self.card)
@@ -71,37 +69,17 @@ class RemoteModels(QObject):
         self.folders.itemSelectionChanged.connect(self._folder_picked)
         lay.addWidget(self.folders, 1)
         self.card.hide()
-        self.ctx.remote.changed.connect(self._servers_changed)
 
     # ------------------------------------------------------------------ target
     def target(self) -> str:
-        return self.picker.currentData() or LOCAL
+        return self.picker.target()
 
     def active(self) -> bool:
-        return self.target() != LOCAL
+        return self.picker.active()
 
     def select(self, url: str | None) -> None:
         """Aim the page at a connected server (None: this machine)."""
-        i = self.picker.findData(url or LOCAL)
-        if i < 0:
-            raise ValueError(f"{url} is not connected")
-        self.picker.setCurrentIndex(i)
-
-    def _servers_changed(self) -> None:
-        box = self.picker
-        conns = self.ctx.remote.connections()
-        if [c.url for c in conns] == [box.itemData(i) for i in range(1, box.count())]:
-            return
-        current = box.currentData()
-        box.blockSignals(True)
-        while box.count() > 1:
-            box.removeItem(1)
-        for c in conns:
-            box.addItem(f"Server {c.label}", c.url)
-        box.setCurrentIndex(max(0, box.findData(current)))
-        box.blockSignals(False)
-        if box.currentData() != current:  # its server went away
-            self._target_changed()
+        self.picker.select(url)
 
     def _target_changed(self) -> None:
         p = self.page
@@ -127,8 +105,7 @@ class RemoteModels(QObject):
             p.status.setText("")
             p.show_models(self.ctx.engine_host.models())
             return
-        conn = self.ctx.engines.get(self.target())
-        self.title.setText(f"Model folders on {conn.label if conn else self.target()}")
+        self.title.setText(f"Model folders on {self.picker.label()}")
         p.device_box.clear()
         p.device_box.addItem("auto (the server's default)", "auto")
         p.device_box.addItem("cpu", "cpu")
@@ -143,17 +120,13 @@ class RemoteModels(QObject):
         self.refresh()
 
     def show_focus(self) -> None:
-        if self.page.isVisible():
-            self.ctx.remote.set_focus(self.target() if self.active() else None)
+        self.picker.show_focus()
 
     # ------------------------------------------------------------------ reading the server
-    def _key(self) -> tuple[str, str | None] | None:
-        conn = self.ctx.engines.get(self.target())
-        return (conn.url, conn.engine.api_key) if conn is not None else None
 
     def refresh(self) -> BackgroundJob | None:
         """Read the server's admin listing again (off the GUI thread)."""
-        where = self._key()
+        where = self.picker.where()
         if where is None:
             return None
         self._gen += 1
@@ -258,7 +231,7 @@ class RemoteModels(QObject):
 
     def start_load(self) -> BackgroundJob | None:
         p = self.page
-        where, path = self._key(), self.selected_path()
+        where, path = self.picker.where(), self.selected_path()
         allowed = self.view is not None and self.view.allowed
         if where is None or path is None or self.busy() or not allowed:
             return None
@@ -290,7 +263,7 @@ class RemoteModels(QObject):
     def unload_selected(self) -> BackgroundJob | None:
         t = self.page.table
         rows = sorted({i.row() for i in t.selectedItems()})
-        where = self._key()
+        where = self.picker.where()
         if not rows or where is None or self.busy() or not (self.view and self.view.allowed):
             return None
         name = t.item(rows[0], 0).text()

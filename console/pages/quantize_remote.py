@@ -7,7 +7,6 @@ BackgroundJob over console/remote_jobs.py; the local wizard is unchanged."""
 
 from __future__ import annotations
 
-from npu_console.console.engines import LOCAL
 from npu_console.console.jobs import BackgroundJob
 from npu_console.console.remote_jobs import (
     NO_ADMIN,
@@ -18,8 +17,9 @@ from npu_console.console.remote_jobs import (
     result_summary,
     run_from_result,
 )
+from npu_console.console.widgets.server_target import ServerTarget
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QCheckBox, QComboBox
+from PySide6.QtWidgets import QCheckBox
 
 
 class RemoteQuant(QObject):
@@ -33,47 +33,25 @@ class RemoteQuant(QObject):
         self._gen = 0
         self._read: BackgroundJob | None = None
         self._load: BackgroundJob | None = None
-        self.picker = QComboBox()
+        self.picker = ServerTarget(self.ctx, "Run on this machine", "Run on {}", page)
         self.picker.setToolTip("Where the quantization runs: this machine, or a connected "
                                "server started with --allow-admin")
-        self.picker.addItem("Run on this machine", LOCAL)
-        self.picker.currentIndexChanged.connect(lambda _i: self._target_changed())
+        self.picker.target_changed.connect(self._target_changed)
         self.evaluate = QCheckBox("Measure float vs INT8 on the server (slower)")
         self.evaluate.setChecked(True)
         self.evaluate.hide()
         run_lay = page.run_step.run_progress.parentWidget().layout()
         run_lay.insertWidget(run_lay.indexOf(page.run_step.run_progress), self.evaluate)
-        self.ctx.remote.changed.connect(self._servers_changed)
-        self._servers_changed()
 
     # ------------------------------------------------------------------ target
     def target(self) -> str:
-        return self.picker.currentData() or LOCAL
+        return self.picker.target()
 
     def active(self) -> bool:
-        return self.target() != LOCAL
+        return self.picker.active()
 
     def select(self, url: str | None) -> None:
-        i = self.picker.findData(url or LOCAL)
-        if i < 0:
-            raise ValueError(f"{url} is not connected")
-        self.picker.setCurrentIndex(i)
-
-    def _servers_changed(self) -> None:
-        box = self.picker
-        conns = self.ctx.remote.connections()
-        if [c.url for c in conns] == [box.itemData(i) for i in range(1, box.count())]:
-            return
-        current = box.currentData()
-        box.blockSignals(True)
-        while box.count() > 1:
-            box.removeItem(1)
-        for c in conns:
-            box.addItem(f"Run on {c.label}", c.url)
-        box.setCurrentIndex(max(0, box.findData(current)))
-        box.blockSignals(False)
-        if box.currentData() != current:
-            self._target_changed()
+        self.picker.select(url)
 
     def _target_changed(self) -> None:
         p = self.page
@@ -102,8 +80,7 @@ class RemoteQuant(QObject):
         p._options_changed()
 
     def show_focus(self) -> None:
-        if self.page.isVisible():
-            self.ctx.remote.set_focus(self.target() if self.active() else None)
+        self.picker.show_focus()
 
     def check(self) -> None:
         """ValueError (one line) when the server's models cannot be quantized now."""
@@ -111,12 +88,8 @@ class RemoteQuant(QObject):
             raise ValueError(self.problem)
 
     # ------------------------------------------------------------------ the server's models
-    def _key(self) -> tuple[str, str | None] | None:
-        conn = self.ctx.engines.get(self.target())
-        return (conn.url, conn.engine.api_key) if conn is not None else None
-
     def refresh(self) -> BackgroundJob | None:
-        where = self._key()
+        where = self.picker.where()
         if where is None:
             return None
         self._gen += 1
@@ -169,7 +142,7 @@ class RemoteQuant(QObject):
     def start(self, plan, panel) -> BackgroundJob | None:
         """Quantize on the server into a fresh output folder; the page's job, so its progress
         view, Cancel and busy state are the local run's."""
-        where = self._key()
+        where = self.picker.where()
         if where is None:
             panel.finish("The server is no longer connected.")
             return None
@@ -209,7 +182,7 @@ class RemoteQuant(QObject):
 
     def load_output(self, path: str) -> BackgroundJob | None:
         """Load the quantized output in the server's engine (status in the save line)."""
-        where = self._key()
+        where = self.picker.where()
         status = self.page.run_step.save_status
         if where is None or not path or (self._load is not None and self._load.running()):
             return None
