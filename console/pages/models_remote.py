@@ -8,7 +8,7 @@ from __future__ import annotations
 from npu_console.console.jobs import BackgroundJob
 from npu_console.console.remote_jobs import NO_ADMIN, read_admin, remote_load, remote_unload
 from npu_console.console.widgets.basic import card, fmt_bytes, muted
-from npu_console.console.widgets.server_target import ServerTarget
+from npu_console.console.widgets.server_target import PickerOwner, ServerTarget
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,7 +26,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOCAL_DTYPES = DTYPES[1:]  # the page's own list: this machine picks no "auto"
 
 
-class RemoteModels(QObject):
+class RemoteModels(QObject, PickerOwner):
     """Owns the target picker and the server's folder card; drives the page's Load card and
     loaded-models table while a server is the target."""
 
@@ -71,16 +71,6 @@ class RemoteModels(QObject):
         self.card.hide()
 
     # ------------------------------------------------------------------ target
-    def target(self) -> str:
-        return self.picker.target()
-
-    def active(self) -> bool:
-        return self.picker.active()
-
-    def select(self, url: str | None) -> None:
-        """Aim the page at a connected server (None: this machine)."""
-        self.picker.select(url)
-
     def _target_changed(self) -> None:
         p = self.page
         remote = self.active()
@@ -118,9 +108,6 @@ class RemoteModels(QObject):
         self.folders.setRowCount(0)  # another server's folders are not this one's
         self._show_loaded([])
         self.refresh()
-
-    def show_focus(self) -> None:
-        self.picker.show_focus()
 
     # ------------------------------------------------------------------ reading the server
 

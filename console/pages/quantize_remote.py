@@ -17,12 +17,15 @@ from npu_console.console.remote_jobs import (
     result_summary,
     run_from_result,
 )
-from npu_console.console.widgets.server_target import ServerTarget
+from npu_console.console.widgets.server_target import PickerOwner, ServerTarget
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QCheckBox
 
 
-class RemoteQuant(QObject):
+class RemoteQuant(QObject, PickerOwner):
+    """Owns the wizard's "Run on" picker; while a server is the target, fills the model list
+    from its roots and runs the plan there as an admin quantize job."""
+
     def __init__(self, page):
         super().__init__(page)
         self.page = page
@@ -44,15 +47,6 @@ class RemoteQuant(QObject):
         run_lay.insertWidget(run_lay.indexOf(page.run_step.run_progress), self.evaluate)
 
     # ------------------------------------------------------------------ target
-    def target(self) -> str:
-        return self.picker.target()
-
-    def active(self) -> bool:
-        return self.picker.active()
-
-    def select(self, url: str | None) -> None:
-        self.picker.select(url)
-
     def _target_changed(self) -> None:
         p = self.page
         remote = self.active()
@@ -78,9 +72,6 @@ class RemoteQuant(QObject):
             p.set_models(self.ctx.engine_host.models())
         p.update_calib_info()
         p._options_changed()
-
-    def show_focus(self) -> None:
-        self.picker.show_focus()
 
     def check(self) -> None:
         """ValueError (one line) when the server's models cannot be quantized now."""

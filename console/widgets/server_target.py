@@ -63,3 +63,23 @@ class ServerTarget(QComboBox):
         self.blockSignals(False)
         if self.currentData() != current:  # its server went away
             self.target_changed.emit()
+
+
+class PickerOwner:
+    """For the objects that aim a page at a server through their `picker` (a ServerTarget):
+    the page asks them, they ask the picker."""
+
+    picker: ServerTarget
+
+    def target(self) -> str:
+        return self.picker.target()
+
+    def active(self) -> bool:
+        return self.picker.active()
+
+    def select(self, url: str | None) -> None:
+        """Aim the page at a connected server (None: this machine)."""
+        self.picker.select(url)
+
+    def show_focus(self) -> None:
+        self.picker.show_focus()
