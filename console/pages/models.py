@@ -6,7 +6,14 @@ from pathlib import Path
 
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.models_remote import RemoteModels
-from npu_console.console.widgets.basic import card, fmt_bytes, muted, page_title
+from npu_console.console.widgets.basic import (
+    card,
+    card_title,
+    fmt_bytes,
+    muted,
+    page_title,
+    titled_card,
+)
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -66,8 +73,7 @@ class ModelsPage(Page):
         self.info_card = card()
         info = QVBoxLayout(self.info_card)
         info.setContentsMargins(14, 10, 14, 10)
-        self.folder_title = QLabel("No folder selected")
-        self.folder_title.setObjectName("CardTitle")
+        self.folder_title = card_title("No folder selected")
         self.folder_path = muted("Open a Hugging Face model folder (config.json, *.safetensors, "
                                  "tokenizer) or pick a recent one.")
         self.folder_path.setWordWrap(True)
@@ -99,12 +105,7 @@ class ModelsPage(Page):
         top.addWidget(self.remote.card, 3)
 
         # load options
-        self.load_card = card()
-        form_box = QVBoxLayout(self.load_card)
-        form_box.setContentsMargins(14, 10, 14, 10)
-        t = QLabel("Load")
-        t.setObjectName("CardTitle")
-        form_box.addWidget(t)
+        self.load_card, form_box = titled_card("Load", (14, 10, 14, 10))
         form = QFormLayout()
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("variant name used by chat and the API")
@@ -148,9 +149,7 @@ class ModelsPage(Page):
 
         # loaded variants
         loaded_head = QHBoxLayout()
-        lt = QLabel("Loaded variants")
-        lt.setObjectName("CardTitle")
-        loaded_head.addWidget(lt)
+        loaded_head.addWidget(card_title("Loaded variants"))
         loaded_head.addStretch(1)
         self.unload_btn = QPushButton("Unload selected")
         self.unload_btn.setProperty("danger", True)
