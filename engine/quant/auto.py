@@ -121,7 +121,14 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
         info.skipped = info.skipped + [n for n in names if n in res.keep_float]
         budget, quant_ppl = res.to_dict(), res.quant_ppl
     else:
-        if w8a8:
+        if cfg.method == "w8a8-static":
+            # ranked by the whole model's loss, not the layer's own error: the layers whose
+            # output error the later layers amplify (sink-token down_proj) go float first
+            from npu_console.engine.quant.fisher import recipe_scores
+
+            scores = recipe_scores(model, rec, stats, names, samples, progress, cancel)
+            rec.keep_float = mixed.keep_most_sensitive(scores, params)
+        elif w8a8:
             rec.keep_float = mixed.auto_keep_float(rec, params)
         info = quantize_model(model, cfg, stats, progress=progress, cancel=cancel, recipe=rec)
         quant_ppl = measure(model) if measure is not None else None

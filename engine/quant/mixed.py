@@ -158,3 +158,23 @@ def float_twin(model: Any, recipe: Any, stats: dict, names: list[str]) -> Any:
         smooth_model(twin, {k: type(v)(v.absmax.clone()) for k, v in stats.items()},
                      recipe.alphas, set(names))
     return twin
+
+
+def keep_most_sensitive(scores: dict[str, float], params: dict[str, int],
+                        min_int8: float = MIN_INT8_FRACTION) -> dict[str, str]:
+    """Fill the float allowance (1 - min_int8 of the linear weights) with the layers whose
+    whole-model sensitivity (engine.quant.fisher) per weight is largest: a small v_proj that
+    matters goes float before a large down_proj that matters a little more."""
+    total = sum(params.values())
+    allowance = (1.0 - min_int8) * total
+    ranked = sorted((n for n in scores if n in params),
+                    key=lambda n: scores[n] / params[n], reverse=True)
+    keep: dict[str, str] = {}
+    used = 0
+    for rank, name in enumerate(ranked):
+        if scores[name] <= 0 or used + params[name] > allowance:
+            continue
+        keep[name] = (f"most sensitive per weight: rank {rank + 1}, int8 alone adds an estimated "
+                      f"{scores[name]:.2e} nats/token to the calibration loss")
+        used += params[name]
+    return keep

@@ -10,7 +10,14 @@ from typing import Any
 
 from npu_console.engine.quant.calib import Cancelled, Progress
 from npu_console.engine.quant.capture import InputCapture, as_stats
-from npu_console.engine.quant.search import ALPHAS, InputChoice, search_input
+from npu_console.engine.quant.search import (
+    ALPHAS,
+    CLIPS,
+    STATIC_ALPHAS,
+    STATIC_CLIPS,
+    InputChoice,
+    search_input,
+)
 from npu_console.engine.quant.smooth import _norm_is_foldable, find_groups
 
 
@@ -66,6 +73,10 @@ def search(model: Any, method: str, caps: dict[str, InputCapture], smooth: bool 
            cancel: threading.Event | None = None) -> Recipe:
     """Choose alpha (and, static, the clip) for every captured input."""
     prods = producers(model, {k: c.consumers for k, c in caps.items()}) if smooth else {}
+    ties = {g.producer: g.tie for g in find_groups(model)}
+    static = method == "w8a8-static"
+    alphas = alphas or (STATIC_ALPHAS if static else ALPHAS)
+    clips = STATIC_CLIPS if static else CLIPS
     rec = Recipe(method)
     link(rec, model, caps)
     for i, (key, cap) in enumerate(caps.items()):
@@ -73,7 +84,7 @@ def search(model: Any, method: str, caps: dict[str, InputCapture], smooth: bool 
             raise Cancelled()
         weights = [model.get_submodule(n).weight for n in cap.consumers]
         ch = search_input(cap.x(), cap.sinks(), weights, cap.absmax_body, method,
-                          key in prods, alphas=alphas or ALPHAS)
+                          key in prods, alphas=alphas, clips=clips, tie=ties.get(prods.get(key)))
         rec.choices[key] = ch
         if ch.alpha is not None:
             rec.alphas[prods[key]] = ch.alpha

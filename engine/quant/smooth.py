@@ -8,8 +8,10 @@ model computes exactly the same function afterwards; only the int8 ranges change
 Producers we can fold into, per Llama-style decoder layer:
 * input_layernorm -> q_proj, k_proj, v_proj        (norm weight /= s)
 * post_attention_layernorm -> gate_proj, up_proj   (norm weight /= s)
-* v_proj -> o_proj   only when every query head has its own value head (no GQA sharing), since
-                     o_proj's input channel j is a weighted sum of v_proj's output channel j
+* v_proj -> o_proj   o_proj's input channel (head h, dim d) is a weighted sum of v_proj's
+                     output channel (kv head of h, dim d). With grouped-query attention several
+                     query heads read one value head, so the factor is tied: one s per value
+                     channel, taken over the query heads that share it (`tie`)
 * up_proj -> down_proj   (down's input is act(gate) * up, linear in up's output rows)
 """
 
@@ -27,6 +29,22 @@ class SmoothGroup:
     producer: str  # module name of the norm or linear that makes the input
     kind: str  # "norm" or "linear"
     consumers: tuple[str, ...]
+    repeat: int = 1  # v -> o with GQA: query heads per value head
+    head_dim: int = 0
+
+    def tie(self, per_channel: torch.Tensor) -> torch.Tensor:
+        """Consumer-channel maxima -> the same, equal across channels that one producer
+        channel feeds (max over them), so any factor computed from them folds exactly."""
+        if self.repeat == 1:
+            return per_channel
+        v = per_channel.reshape(-1, self.repeat, self.head_dim).amax(1, keepdim=True)
+        return v.expand(-1, self.repeat, -1).reshape(-1)
+
+    def producer_factors(self, s: torch.Tensor) -> torch.Tensor:
+        """Tied consumer-channel factors -> one per producer output channel."""
+        if self.repeat == 1:
+            return s
+        return s.reshape(-1, self.repeat, self.head_dim)[:, 0].reshape(-1)
 
 
 def find_groups(model: Any) -> list[SmoothGroup]:
@@ -49,8 +67,10 @@ def find_groups(model: Any) -> list[SmoothGroup]:
             groups.append(SmoothGroup(f"{name}.post_attention_layernorm", "norm", gu))
         v, o = mods.get(f"{attn}.v_proj"), mods.get(f"{attn}.o_proj")
         if (isinstance(v, torch.nn.Linear) and isinstance(o, torch.nn.Linear) and heads
-                and kv_heads == heads and v.out_features == o.in_features):
-            groups.append(SmoothGroup(f"{attn}.v_proj", "linear", (f"{attn}.o_proj",)))
+                and heads % kv_heads == 0 and o.in_features % heads == 0
+                and v.out_features * (heads // kv_heads) == o.in_features):
+            groups.append(SmoothGroup(f"{attn}.v_proj", "linear", (f"{attn}.o_proj",),
+                                      heads // kv_heads, o.in_features // heads))
         up, down = mods.get(f"{mlp}.up_proj"), mods.get(f"{mlp}.down_proj")
         if (isinstance(up, torch.nn.Linear) and isinstance(down, torch.nn.Linear)
                 and up.out_features == down.in_features):
@@ -84,14 +104,14 @@ def smooth_model(model: Any, stats: dict[str, ActStats], alpha: float | dict[str
         producer = mods[g.producer]
         if g.kind == "norm" and not _norm_is_foldable(producer):
             continue
-        x_max = stats[g.consumers[0]].absmax.clamp_min(1e-5)
-        w_max = torch.stack([mods[c].weight.detach().abs().amax(0).float().cpu()
-                             for c in g.consumers]).amax(0).clamp_min(1e-5)
+        x_max = g.tie(stats[g.consumers[0]].absmax).clamp_min(1e-5)
+        w_max = g.tie(torch.stack([mods[c].weight.detach().abs().amax(0).float().cpu()
+                                   for c in g.consumers]).amax(0)).clamp_min(1e-5)
         s = (x_max.pow(a) / w_max.pow(1 - a)).clamp_min(1e-5)
         if record is not None:
             record[g.producer] = s
         dev = producer.weight.device
-        s_dev = s.to(dev)
+        s_dev = g.producer_factors(s).to(dev)
         if g.kind == "norm":
             producer.weight.div_(s_dev.to(producer.weight.dtype))
             if getattr(producer, "bias", None) is not None:
