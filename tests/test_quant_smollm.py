@@ -40,12 +40,7 @@ def smollm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [
-    "w8a16", "w8a8-dynamic",
-    pytest.param("w8a8-static", marks=pytest.mark.xfail(
-        reason="measured +4.7 % at 85 % int8 (docs/quantization.md): per-tensor ranges do not "
-               "hold SmolLM2's down_proj outliers yet; the issue's +1.5 % bar is open")),
-])
+@pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic", "w8a8-static"])
 def test_default_recipe_meets_the_bar(smollm, method):
     max_pct, min_int8 = BARS[method]
     loaded = smollm["loaded"]

@@ -55,11 +55,12 @@ class Recipe:
                 "calibration": self.calibration}
 
 
-def producers(model: Any, keys: dict[str, tuple[str, ...]]) -> dict[str, str]:
+def producers(model: Any, keys: dict[str, tuple[str, ...]],
+              gqa: bool = True) -> dict[str, str]:
     """Capture key -> the module smoothing folds into, where it can fold."""
     mods = dict(model.named_modules())
     out = {}
-    for g in find_groups(model):
+    for g in find_groups(model, gqa=gqa):
         if g.kind == "norm" and not _norm_is_foldable(mods[g.producer]):
             continue
         for key, cons in keys.items():
@@ -70,10 +71,12 @@ def producers(model: Any, keys: dict[str, tuple[str, ...]]) -> dict[str, str]:
 
 def search(model: Any, method: str, caps: dict[str, InputCapture], smooth: bool = True,
            alphas: tuple[float, ...] | None = None, progress: Progress | None = None,
-           cancel: threading.Event | None = None) -> Recipe:
-    """Choose alpha (and, static, the clip) for every captured input."""
-    prods = producers(model, {k: c.consumers for k, c in caps.items()}) if smooth else {}
-    ties = {g.producer: g.tie for g in find_groups(model)}
+           cancel: threading.Event | None = None, gqa: bool = False) -> Recipe:
+    """Choose alpha (and, static, the clip) for every captured input. `gqa`: also try
+    v_proj -> o_proj smoothing under grouped-query attention (engine.quant.smooth)."""
+    keys = {k: c.consumers for k, c in caps.items()}
+    prods = producers(model, keys, gqa=gqa) if smooth else {}
+    ties = {g.producer: g.tie for g in find_groups(model, gqa=True)}
     static = method == "w8a8-static"
     alphas = alphas or (STATIC_ALPHAS if static else ALPHAS)
     clips = STATIC_CLIPS if static else CLIPS
