@@ -102,3 +102,23 @@ def test_impossible_budget_says_why(stories_dir, cal):
                    budget_pct=1e-6)
     if not res.budget["met"]:  # a tiny model can land exactly on float perplexity
         assert "floor" in res.budget["why"]
+
+
+def test_whole_model_sensitivity_finds_the_damaged_layer(stories_dir, cal):
+    from npu_console.engine.quant.config import select_layers
+    from npu_console.engine.quant.fisher import fisher_scores
+
+    model, _ = load_float(stories_dir)
+    names = select_layers(model, QuantConfig(method="w8a8-static")).quantize
+    bad = "model.layers.2.mlp.up_proj"
+    # one layer's static input range far too narrow (its inputs are O(1)): mostly clipped
+    bounds = {bad: 1e-3}
+    scores = fisher_scores(model, cal, names, "w8a8-static", bounds)
+    assert set(scores) == set(names) and all(v >= 0 for v in scores.values())
+    assert max(scores, key=scores.get) == bad
+    params = mixed.layer_params(model, names)
+    keep = mixed.keep_most_sensitive(scores, params)
+    assert bad in keep and "rank" in keep[bad]
+    assert mixed.int8_fraction(params, [n for n in names if n not in keep]) >= 0.85
+    # nothing estimated above the floor: nothing kept float
+    assert mixed.keep_most_sensitive(dict.fromkeys(names, 1e-6), params) == {}
