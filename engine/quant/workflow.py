@@ -42,10 +42,12 @@ _WEIGHT = {"load": 1.0, "calibrate": 3.0, "quantize": 4.0, "export": 1.0, "evalu
 # the engine.quant functions' own progress steps -> the workflow stage they belong to
 _STEP_STAGE = {"load": "load", "generate calibration": "calibrate", "calibrate": "calibrate",
                "smooth": "quantize", "search": "quantize", "quantize": "quantize",
-               "budget": "quantize", "head cost": "quantize", "export": "export"}
+               "sensitivity": "quantize", "budget": "quantize", "head cost": "quantize",
+               "export": "export"}
 _WORDS = {"load": "loading the float model", "calibrate": "calibrating",
           "generate calibration": "generating calibration text", "smooth": "SmoothQuant",
           "search": "searching smoothing and clipping", "quantize": "quantizing layers",
+          "sensitivity": "ranking layers by their effect on the loss",
           "budget": "fitting the budget", "head cost": "measuring the int8 head alone",
           "export": "writing", "report": "writing the report"}
 
