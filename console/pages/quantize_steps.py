@@ -187,10 +187,12 @@ class MethodStep(QWidget):
         p.addWidget(self.head_box)
         head_note = muted("auto: int8 when the head is at least 15 % of the weights (small "
                           "models with large vocabularies: a fifth to a half less memory, "
-                          "faster decode); the result table shows what the int8 head alone "
-                          "costs. Saved in the console's own format only.")
+                          "faster decode), float for w8a8-static; the result table shows "
+                          "what the int8 head alone costs. Saved in the console's own format "
+                          "only.")
         head_note.setWordWrap(True)
         p.addWidget(head_note)
+        self._head_share: float | None = None
         self.set_head_share(None)
         p.addStretch(1)
         lay.addWidget(pcard, 1)
@@ -229,11 +231,13 @@ class MethodStep(QWidget):
         return self.head_box.currentData()
 
     def set_head_share(self, share: float | None) -> None:
-        """Label the auto entry with what the rule says for the chosen model."""
+        """Label the auto entry with what the rule says for the chosen model and method."""
+        self._head_share = share
         if share is None:
             text = "auto (int8 when the head is at least 15 % of the weights)"
         else:
-            text = (f"auto: {'yes' if recommended(share) else 'no'} for this model (head = "
+            yes = recommended(share, self.method())
+            text = (f"auto: {'yes' if yes else 'no'} for this model (head = "
                     f"{100 * share:.0f} % of the weights)")
         i = self.head_box.findData("auto")
         self.head_box.setItemText(i, text)
@@ -247,6 +251,7 @@ class MethodStep(QWidget):
 
     def _on_edit(self) -> None:
         self._sync()
+        self.set_head_share(self._head_share)  # the rule depends on the method too
         self.changed.emit()
 
     def _sync(self) -> None:

@@ -38,7 +38,8 @@ def register(sub) -> None:
                    choices=["auto", "on", "off"],
                    help="lm_head and the token embedding in int8 (weight-only; native format "
                         "only). auto (default): on when they are at least 15 %% of the weights "
-                        "(small models: SmolLM2, Qwen2.5-0.5B), float for other formats; "
+                        "(small models: SmolLM2, Qwen2.5-0.5B), float for other formats and "
+                        "for w8a8-static; "
                         "--int8-head alone = on")
     p.add_argument("--format", dest="fmt", default="native", help=f"one of: {', '.join(FORMATS)}")
     p.add_argument("--out", required=True, help="output folder (written atomically)")

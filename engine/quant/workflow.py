@@ -308,7 +308,7 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
     from npu_console.engine.quant.evaluate import weight_bytes
     from npu_console.engine.quant.head import share_of_model
 
-    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device)
+    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device, cfg.method)
     cfg = replace(cfg, int8_head=head.int8_head)
     _check_device(req, cfg, loaded.model)
     float_bytes = weight_bytes(loaded.model)
