@@ -114,10 +114,15 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
     stats = recipe_mod.body_stats(caps)
     budget = None
     if budget_pct is not None and w8a8:
+        whole = None
+        if cfg.method == "w8a8-static":  # as the default recipe ranks (below)
+            from npu_console.engine.quant.fisher import recipe_scores
+
+            whole = recipe_scores(model, rec, stats, names, samples, progress, cancel)
         twin = mixed.float_twin(model, rec, stats, names)
         quantize_model(model, cfg, stats, progress=progress, cancel=cancel, recipe=rec)
         res = mixed.fit_budget(model, twin, rec, params, measure, float_ppl, budget_pct,
-                               progress=progress, cancel=cancel)
+                               progress=progress, cancel=cancel, whole_model=whole)
         rec.keep_float = res.keep_float
         info = model.npu_quant
         info.quantized = [n for n in info.quantized if n not in res.keep_float]

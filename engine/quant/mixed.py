@@ -89,15 +89,23 @@ class BudgetResult:
 def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[str, int],
                measure: Callable[[Any], float], float_ppl: float, budget_pct: float,
                min_int8: float = MIN_INT8_FRACTION, progress: Progress | None = None,
-               cancel: threading.Event | None = None) -> BudgetResult:
+               cancel: threading.Event | None = None,
+               whole_model: dict[str, float] | None = None) -> BudgetResult:
     """`quantized`: the model with every candidate int8; `smoothed_float`: the same model in
     float after the same smoothing (so swapping a layer back is exact). Swaps the most
     sensitive layers to float (doubling, then bisecting) until measure() is within budget.
-    Leaves `quantized` with the chosen layers float."""
+    Leaves `quantized` with the chosen layers float. `whole_model`: engine.quant.fisher scores;
+    given, layers go float by them per weight (as keep_most_sensitive ranks), not by their own
+    output error."""
     from npu_console.engine.quant.apply import set_module
 
-    order = [n for n, _ in ranking(recipe) if n in params]
-    scores = dict(ranking(recipe))
+    if whole_model:
+        order = sorted((n for n in whole_model if n in params),
+                       key=lambda n: whole_model[n] / params[n], reverse=True)
+        scores = whole_model
+    else:
+        order = [n for n, _ in ranking(recipe) if n in params]
+        scores = dict(ranking(recipe))
     qmods = {n: quantized.get_submodule(n) for n in order}
     total = sum(params.values())
     limit = 0  # the most layers that can go float above the int8 floor
@@ -137,14 +145,19 @@ def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[st
             results[mid] = at(mid)
             lo, hi = (lo, mid) if results[mid] <= bar else (mid, hi)
         k = hi
+    if not met:  # the nearest it came: perplexity is not monotonic in the float layers
+        k = min(results, key=results.get)
     place(k)
-    keep = {n: _reason(scores[n], i, f"kept float to meet the {budget_pct:g} % budget")
-            for i, n in enumerate(order[:k])}
+    why_float = f"kept float to meet the {budget_pct:g} % budget"
+    keep = {n: (f"{why_float}: rank {i + 1} per weight, int8 alone adds an estimated "
+                f"{scores[n]:.2e} nats/token to the calibration loss") if whole_model
+            else _reason(scores[n], i, why_float) for i, n in enumerate(order[:k])}
     frac = int8_fraction(params, order[k:])
     why = "" if met else (
-        f"with the {k} most sensitive layers float ({frac:.1%} of linear weights int8, the "
-        f"floor is {min_int8:.0%}) perplexity is still {100 * (results[k] / float_ppl - 1):+.2f} %"
-        f"; a larger budget or a lower int8 floor would be needed")
+        f"the best of {len(tried)} tries keeps the {k} most sensitive layers float "
+        f"({frac:.1%} of linear weights int8, the floor is {min_int8:.0%}) and is still "
+        f"{100 * (results[k] / float_ppl - 1):+.2f} %; a larger budget or a lower int8 floor "
+        "would be needed")
     return BudgetResult(keep, float_ppl, results[k], budget_pct, met, frac, len(tried), why,
                         tried)
 
