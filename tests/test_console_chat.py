@@ -41,9 +41,11 @@ def test_send_streams_tokens_and_shows_stats(window, chat, qtbot):
     chunks = []
     window.ctx.bridge.tokens.connect(lambda rid, text: chunks.append((rid, text)))
     chat.input.setPlainText("Once upon a time")
-    qtbot.keyClick(chat.input, Qt.Key_Return, Qt.ControlModifier)  # Ctrl+Enter sends
-    assert chat.busy() and chat.stop_btn.isEnabled() and not chat.send_btn.isEnabled()
-    _wait_done(qtbot, chat)
+    # 10 ms a step: 48 tokens of the demo model otherwise fit in one repaint's batch
+    with slowed_steps(window.ctx.bridge.engine):
+        qtbot.keyClick(chat.input, Qt.Key_Return, Qt.ControlModifier)  # Ctrl+Enter sends
+        assert chat.busy() and chat.stop_btn.isEnabled() and not chat.send_btn.isEnabled()
+        _wait_done(qtbot, chat)
     msgs = chat.conv.panes[0].messages
     assert [m.role for m in msgs] == ["user", "assistant"]
     reply = msgs[1]
