@@ -171,9 +171,11 @@ def check_cpu_kernels() -> Check:
     flags = native.cpu_flags()
     isa = "AVX512-VNNI" if "avx512_vnni" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
     if info.path is not None:
+        int8 = ("W8A8 and per-channel W8A16 on AVX512-VNNI, per-group W8A16 and fp32 on AVX2"
+                if native.int8_isa() == "avx512-vnni" else
+                "fp32, W8A16 (per-channel or per-group scales) and W8A8 on AVX2")
         return Check("cpu kernels", "ok",
-                     f"native AVX2 kernels for fp32, W8A16 (per-channel or per-group scales) "
-                     f"and W8A8 on this {isa} CPU ({info.reason}: {info.path})")
+                     f"native kernels: {int8}, on this {isa} CPU ({info.reason}: {info.path})")
     fix = ("install a C compiler (apt-get install gcc libc6-dev) for faster fp32 and INT8 decode"
            if "compiler" in info.reason else None)
     return Check("cpu kernels", "warn" if fix else "info",

@@ -72,7 +72,11 @@ def test_models_lists_every_variant_and_a_request_picks_one(url):
     assert cards["stories-bf16"]["decode_step"] == "torch"
     # the int8 layers say what runs them: the native kernels on AVX2 and AVX512-VNNI CPUs alike
     kernels = cards["stories-w8a8-dynamic"]["int8_kernels"]
-    assert kernels == "native" if native.available() else kernels.startswith("fbgemm")
+    # ... and name the instructions: native-avx512-vnni where the CPU has them, else native-avx2
+    if native.available():
+        assert kernels == f"native-{native.int8_isa()}"
+    else:
+        assert kernels.startswith("fbgemm")
     assert cards["stories"]["int8_kernels"] == ""
     for name in cards:
         r = post(url, "/v1/completions", {"model": name, "prompt": STORY_PROMPT, "max_tokens": 2})

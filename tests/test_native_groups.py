@@ -6,15 +6,12 @@ decode step included) as on PyTorch's; export and load keeping the groups."""
 
 from __future__ import annotations
 
-import ctypes
-import shutil
-import subprocess
-
 import pytest
 import torch
 from npu_console.engine import kernels
 from npu_console.engine.kernels import cpu, native, qmath
 from npu_console.engine.quant.qlinear import QuantLinear
+from support.kernels import avx2_only_build
 from support.models import needs_native
 
 GROUPS = (32, 64, 128)
@@ -102,28 +99,9 @@ def test_groups_the_kernel_cannot_take_are_refused_clearly():
     assert not native.group_supported(96, 64) and not native.group_supported(96, 16)
 
 
-def _avx2_only_build(tmp_path):
-    """The kernels compiled for an AVX2 + FMA CPU without AVX-512 (Haswell), as a CPU of that
-    type builds them: this machine's own build may use AVX-512 encodings for its loops."""
-    flags = native.cpu_flags()
-    if native._unavailable_reason(flags):
-        pytest.skip("not an AVX2 x86-64 CPU")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    out = tmp_path / "avx2.so"
-    cmd = [cc, *(f if f != "-march=native" else "-march=haswell" for f in native.FLAGS),
-           "-mno-avx512f", "-o", str(out), str(native.SOURCE)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    lib = ctypes.CDLL(str(out))
-    native.declare(lib)
-    return lib
-
-
 @pytest.mark.slow
 def test_an_avx2_only_build_computes_the_same_grouped_products(tmp_path):
-    lib = _avx2_only_build(tmp_path)
+    lib = avx2_only_build(tmp_path)
     for m, n, k, group in _cases():
         x, w, s = _case(m, n, k, group, seed=3)
         y = torch.empty(m, n)
@@ -152,7 +130,7 @@ def test_grouped_layers_run_where_the_per_channel_ones_do(group, rows, cpu_path)
     lin = torch.nn.Linear(384, 67)
     x = torch.randn(2, rows, 384)
     q = QuantLinear.from_linear(lin, "w8a16", group_size=group)
-    assert q.kernel_name() == ("native" if cpu_path == "native" else "torch-grouped")
+    assert q.kernel_name() == ("native-avx2" if cpu_path == "native" else "torch-grouped")
     y = q(x)
     assert y.shape == (2, rows, 67)
     ref = x.double() @ q.dequantized_weight().double().t() + lin.bias.double()
@@ -171,7 +149,7 @@ def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():
     assert q16.kernel_name() == "torch-grouped"
     assert _rel(q16(x), x.double() @ q16.dequantized_weight().double().t()
                 + lin.bias.double()) < 1e-2
-    assert QuantLinear.from_linear(lin, "w8a16", group_size=32).kernel_name() == "native"
+    assert QuantLinear.from_linear(lin, "w8a16", group_size=32).kernel_name() == "native-avx2"
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +204,7 @@ def test_a_group_32_model_generates_the_same_tokens_natively_and_on_pytorch(grou
         got = [list(h.result(120).token_ids) for h in handles]
     finally:
         eng.shutdown()
-    assert info.int8_kernels == "native" and info.decode_step == "native"
+    assert info.int8_kernels == "native-avx2" and info.decode_step == "native"
 
     fallback = load_model(out).model  # fresh layers: none bound to the native kernel yet
     monkeypatch.setitem(kernels._BACKENDS, "cpu", cpu.CpuBackend(use_native=False))
@@ -258,7 +236,7 @@ def test_exports_keep_the_groups_or_refuse(grouped_export, tmp_path, demo_model_
         assert sorted(got) == sorted(layers)
         for name, m in got.items():
             assert m.group_size == 32
-            assert m.kernel_name() == ("native" if native.available() else "torch-grouped")
+            assert m.kernel_name() == ("native-avx2" if native.available() else "torch-grouped")
             assert torch.equal(m.weight, layers[name].weight)
             assert torch.equal(m.weight_scale, layers[name].weight_scale)
         with torch.inference_mode():

@@ -179,3 +179,56 @@ def test_another_march_builds_its_own_library_that_has_no_avx512(tmp_path, monke
     if dis.returncode != 0:
         pytest.skip("no objdump")
     assert "zmm" not in dis.stdout and "ymm" in dis.stdout  # AVX2 registers, no AVX-512 ones
+
+
+# rows x outputs x inputs for the W8A8 paths: 1-4 rows stream 4 weight rows at a time, more go
+# through 4 x 4 tiles; K tails inside one 64-byte vector and past several
+W8A8_PATH_SHAPES = SHAPES + [(1, 4, 64), (2, 9, 576), (4, 13, 129), (8, 12, 1536),
+                             (16, 67, 1000), (33, 5, 65)]
+
+
+@needs_native
+def test_int8_isa_follows_the_cpu():
+    """On a CPU with AVX512-VNNI (and BW/VL) this machine's build runs vpdpbusd; elsewhere the
+    AVX2 path. doctor and /v1/models report the same name."""
+    flags = native.cpu_flags()
+    vnni = {"avx512_vnni", "avx512bw", "avx512vl"} <= flags
+    assert native.int8_isa() == ("avx512-vnni" if vnni else "avx2")
+    if not vnni:
+        return
+    dis = subprocess.run(["objdump", "-d", str(native.build().path)], capture_output=True,
+                         text=True, check=False)
+    if dis.returncode != 0:
+        pytest.skip("no objdump")
+    assert "vpdpbusd" in dis.stdout
+
+
+@pytest.mark.slow
+@needs_native
+def test_int8_paths_agree_with_the_avx2_build(tmp_path):
+    """The AVX2-only build's W8A8 (int16 pairs) and this CPU's own (on a VNNI CPU: u8 x s8 with
+    a correction for the +128 shift) give identical floats, per token and static, at decode and
+    prefill row counts, and both equal exact integer math. W8A16 agrees up to fp32 rounding."""
+    from support.kernels import avx2_only_build
+
+    lib = avx2_only_build(tmp_path)
+    assert lib.npc_int8_isa() == b"avx2"
+    for m, n, k in W8A8_PATH_SHAPES:
+        for static in (None, 0.05):
+            x, w, s = _case(m, n, k, seed=m + n + k)
+            own = native.w8a8(x, w, s, static)
+            avx2 = torch.empty(m, n)
+            assert lib.npc_w8a8_f32(x.data_ptr(), int(static is None), static or 0.0,
+                                    w.data_ptr(), s.data_ptr(), avx2.data_ptr(), m, n, k,
+                                    torch.get_num_threads()) == 0
+            assert torch.equal(own, avx2), (m, n, k, static)
+            sx = qmath.per_token_scale(x) if static is None else torch.tensor(static)
+            acc = qmath.quantize_act(x, sx).double() @ w.double().t()
+            got = own.double() / (sx.double().reshape(-1, 1) * s.double())
+            assert torch.allclose(got, acc, rtol=1e-6, atol=1e-3), (m, n, k, static)
+        # W8A16: on a VNNI CPU per-channel scales run on vpdpwssd, summed in another order
+        own = native.w8a16(x, w, s)
+        avx2 = torch.empty(m, n)
+        assert lib.npc_w8a16(x.data_ptr(), w.data_ptr(), s.data_ptr(), avx2.data_ptr(), m, n, k,
+                             torch.get_num_threads()) == 0
+        assert torch.allclose(own, avx2, rtol=1e-5, atol=1e-5 * float(avx2.abs().max())), (m, n, k)

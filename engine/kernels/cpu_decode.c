@@ -69,6 +69,15 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
                    K, nthreads);
     } else {
+#if NPC_VNNI
+        /* u8 rows fit the int16 scratch: v8_ld(K) <= 2 * blockfloat_ld(K) */
+        const int64_t ldu = v8_ld(K);
+        quantize_rows_u8(x, M, K, L->per_token, L->static_scale, (uint8_t *)s->q, ldu, s->sx);
+        v8_gemm((const uint8_t *)s->q, ldu, (const int8_t *)L->w, s->sx, L->scale, y, M, N, K,
+                nthreads);
+        add_bias(y, L->bias, M, N);
+        return;
+#endif
         const int64_t ldq = (K + 15) / 16 * 16;
         quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);
         const gemm_t g = {NULL, s->q, ldq, (const int8_t *)L->w, s->sx, L->scale, NULL, NULL,

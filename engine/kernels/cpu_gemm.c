@@ -358,27 +358,6 @@ static void i8_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) 
             g->y + m0 * g->N + n0, mm, nn, g->K, g->N);
 }
 
-/* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
- * rows, then the integer product. Returns 0, or -1 when the scratch rows cannot be allocated. */
-int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t *w,
-                 const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
-    const int64_t ldq = (K + 15) / 16 * 16;
-    int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
-    float *sx = (float *)malloc((size_t)M * sizeof(float));
-    if (!q || !sx) {
-        free(q);
-        free(sx);
-        return -1;
-    }
-    quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
-    /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
-    const gemm_t g = {NULL, q, ldq, w, sx, sw, NULL, NULL, y, M, N, K};
-    run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
-    free(q);
-    free(sx);
-    return 0;
-}
-
 /* ---- W8A16: int8 weights x 16-bit block floating point activations -----------------------
  * y[m, n] = sw[n] * sum_b xs[m, b] * (sum_{k in block b} q[m, k] w[n, k]) + bias[n]
  * or, with per-group weight scales (groups of a whole number of blocks, sw [N, K / group]),
@@ -677,11 +656,24 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
     return group == 0 || (group > 0 && group % QB == 0 && K % group == 0);
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define NPC_VNNI 1
+#include "cpu_i8_vnni.c"
+#else
+#define NPC_VNNI 0
+#endif
+
 /* the product of rows already in block floating point (blockfloat_rows, ldq = blockfloat_ld);
  * group: 0 for per-channel scales sw [N], else sw is [N, K / group] (w8a16_group_ok) */
 static void w8a16_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
                        const float *sw, int64_t group, const float *bias, float *y, int64_t M,
                        int64_t N, int64_t K, int nthreads) {
+#if NPC_VNNI
+    if (group == 0) {
+        bw_gemm(q, ldq, xs, w, sw, bias, y, M, N, K, nthreads);
+        return;
+    }
+#endif
     const gemm_t g = {NULL, q,    ldq, w, xs, sw, NULL, bias, y, M, N, K,
                       group / QB, group ? K / group : 0};
     run(&g, w8a16_stream, w8a16_tile_at, 2, 2 * ldq, nthreads);
@@ -712,4 +704,44 @@ int npc_w8a16_grouped(const float *x, const int8_t *w, const float *scale, int64
 int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
               int64_t N, int64_t K, int nthreads) {
     return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
+}
+
+/* Which instructions this build's int8 products use (doctor and /v1/models name them):
+ * "avx512-vnni" for W8A8 and per-channel W8A16, else "avx2". */
+const char *npc_int8_isa(void) { return NPC_VNNI ? "avx512-vnni" : "avx2"; }
+
+/* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
+ * rows, then the integer product. Returns 0, or -1 when the scratch rows cannot be allocated. */
+int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t *w,
+                 const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+#if NPC_VNNI
+    const int64_t ldu = v8_ld(K);
+    uint8_t *u = (uint8_t *)malloc((size_t)(M * ldu));
+    float *su = (float *)malloc((size_t)M * sizeof(float));
+    if (!u || !su) {
+        free(u);
+        free(su);
+        return -1;
+    }
+    quantize_rows_u8(x, M, K, per_token, static_scale, u, ldu, su);
+    v8_gemm(u, ldu, w, su, sw, y, M, N, K, nthreads);
+    free(u);
+    free(su);
+    return 0;
+#endif
+    const int64_t ldq = (K + 15) / 16 * 16;
+    int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
+    float *sx = (float *)malloc((size_t)M * sizeof(float));
+    if (!q || !sx) {
+        free(q);
+        free(sx);
+        return -1;
+    }
+    quantize_rows(x, M, K, per_token, static_scale, q, ldq, sx);
+    /* 4 x 3 tiles: 12 accumulators, 3 widened weight rows, 1 activation row */
+    const gemm_t g = {NULL, q, ldq, w, sx, sw, NULL, NULL, y, M, N, K};
+    run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
+    free(q);
+    free(sx);
+    return 0;
 }

@@ -34,9 +34,11 @@ from npu_console.engine.kernels.trust import private_dir, untrusted
 
 log = logging.getLogger(__name__)
 
-# compiled as one unit: cpu_decode.c #includes cpu_gemm.c
+# compiled as one unit: cpu_decode.c #includes cpu_gemm.c, which #includes cpu_i8_vnni.c where
+# the target has AVX512-VNNI
 SOURCE = Path(__file__).with_name("cpu_decode.c")
-SOURCES = (SOURCE, Path(__file__).with_name("cpu_gemm.c"))
+SOURCES = (SOURCE, Path(__file__).with_name("cpu_gemm.c"),
+           Path(__file__).with_name("cpu_i8_vnni.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 ENV_SWITCH = "NPU_CONSOLE_NATIVE_KERNELS"
 # Build for another -march than this CPU's own, e.g. `haswell` (AVX2 + FMA, no AVX-512): how a
@@ -146,10 +148,20 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_f32.restype = None
     lib.npc_decode_layers.argtypes = [_P, _P, _P, _I64, _P, _P, _P, _P, _INT]
     lib.npc_decode_layers.restype = _INT
+    lib.npc_int8_isa.argtypes = []
+    lib.npc_int8_isa.restype = ctypes.c_char_p
 
 
 def available() -> bool:
     return library() is not None
+
+
+def int8_isa() -> str | None:
+    """The instructions of this build's int8 products: "avx512-vnni" where the CPU has them
+    (W8A8 on vpdpbusd, per-channel W8A16 on vpdpwssd, 512-bit registers; grouped W8A16 stays
+    on AVX2) or "avx2" (vpmaddwd); None without the kernels."""
+    lib = library()
+    return lib.npc_int8_isa().decode() if lib is not None else None
 
 
 BLOCK = 32  # activation values per scale of the W8A16 kernel's 16-bit block floating point

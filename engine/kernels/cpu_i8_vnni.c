@@ -1,0 +1,288 @@
+/* W8A8 products on AVX512-VNNI CPUs (Intel Ice Lake and later, AMD Zen 4), #included by
+ * cpu_gemm.c when the compiler targets them (-march=native on such a CPU).
+ *
+ * Why: the AVX2 path multiplies int16 pairs (vpmaddwd, 16 products per instruction after
+ * widening each weight vector); vpdpbusd on 512-bit registers takes 64 int8 products per
+ * instruction with no widening. That is where llama.cpp's Q8_0 gets its batch-8/16 speed on
+ * these CPUs, and where our tiles spent most of a batch-8/16 step.
+ *
+ * vpdpbusd multiplies unsigned by signed bytes, so activation rows are stored as u = q + 128
+ * (q in [-127, 127], u in [1, 255]) and each product subtracts 128 * sum_k w[n, k]:
+ *     sum_k q w = sum_k u w - 128 sum_k w.
+ * Every term is exact in int32 (|sum| <= 255 * 127 * K), so the results equal the AVX2 path's
+ * bit for bit, including the final fp32 multiplies, which run in the same order. */
+
+#define V8 64 /* bytes per 512-bit vector */
+
+static inline __attribute__((always_inline)) __mmask64 v8_tail(int64_t left) {
+    return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+}
+
+/* the four int32 sums of four vectors, as lanes 0..3 */
+static inline __attribute__((always_inline)) __m128i
+hsum4_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m256i a2 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    const __m256i b2 = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
+    const __m256i c2 = _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
+    const __m256i d2 = _mm256_add_epi32(_mm512_castsi512_si256(d), _mm512_extracti64x4_epi64(d, 1));
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a2, b2), _mm256_hadd_epi32(c2, d2));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* y[i, j] = ((float)s * sx[i]) * sw[j] for the nr int32 sums s of activation row i, stored at
+ * y + i * ldy (the AVX2 path's expression and order) */
+static inline __attribute__((always_inline)) void
+v8_store(const __m512i *acc, const int32_t *corr, const float *sx, const float *sw, float *y,
+         const int nr) {
+    if (nr == 4) {
+        __m128i s = hsum4_epi32(acc[0], acc[1], acc[2], acc[3]);
+        s = _mm_sub_epi32(s, _mm_loadu_si128((const __m128i *)corr));
+        const __m128 f = _mm_mul_ps(_mm_cvtepi32_ps(s), _mm_set1_ps(*sx));
+        _mm_storeu_ps(y, _mm_mul_ps(f, _mm_loadu_ps(sw)));
+        return;
+    }
+    for (int j = 0; j < nr; j++)
+        y[j] = (float)(_mm512_reduce_add_epi32(acc[j]) - corr[j]) * *sx * sw[j];
+}
+
+/* Few activation rows (decode): nr weight rows at a time, front to back, one pass over them:
+ * each row's sum for the correction comes from the same loads (vpdpbusd against all-ones). */
+static inline __attribute__((always_inline)) void
+v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *sx,
+       const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
+    __m512i acc[MR][4], ws[4];
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int j = 0; j < nr; j++) {
+        ws[j] = _mm512_setzero_si512();
+        for (int i = 0; i < mr; i++) acc[i][j] = _mm512_setzero_si512();
+    }
+    int64_t k = 0;
+    for (; k < K; k += V8) {
+        const __mmask64 m = v8_tail(K - k);
+        prefetch_next_tile(w, K, k, nr);
+        __m512i wv[4];
+        for (int j = 0; j < nr; j++) {
+            wv[j] = _mm512_maskz_loadu_epi8(m, w + j * K + k);
+            ws[j] = _mm512_dpbusd_epi32(ws[j], ones, wv[j]);
+        }
+        for (int i = 0; i < mr; i++) {
+            const __m512i xv = _mm512_maskz_loadu_epi8(m, xu + i * ldu + k);
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
+        }
+    }
+    int32_t corr[4] = {0, 0, 0, 0};
+    for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(ws[j]);
+    for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
+}
+
+#define V8_ROW_CASE(a, b) v8_row(xu, ldu, w, K, sx, sw, y, N, a, b)
+
+static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const float *sx,
+                    const float *sw, float *y, int mr, int nr, int64_t K, int64_t N) {
+    switch (mr * 16 + nr) { CASES(V8_ROW_CASE) }
+}
+
+/* More rows: the correction sums of nr weight rows first (this also brings the rows into L1
+ * for the tiles that follow), then mr x nr tiles over every block of activation rows. */
+static inline __attribute__((always_inline)) void
+v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const int32_t *corr,
+        const float *sx, const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
+    __m512i acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += V8) {
+        const __mmask64 m = v8_tail(K - k);
+        __m512i wv[4];
+        for (int j = 0; j < nr; j++) wv[j] = _mm512_maskz_loadu_epi8(m, w + j * K + k);
+        for (int i = 0; i < mr; i++) {
+            const __m512i xv = _mm512_maskz_loadu_epi8(m, xu + i * ldu + k);
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
+        }
+    }
+    for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
+}
+
+#define V8_TILE_CASE(a, b) v8_tile(xu, ldu, w, K, corr, sx, sw, y, N, a, b)
+
+static void v8_tiles(const uint8_t *xu, int64_t ldu, const int8_t *w, const int32_t *corr,
+                     const float *sx, const float *sw, float *y, int mr, int nr, int64_t K,
+                     int64_t N) {
+    switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
+}
+
+static inline __attribute__((always_inline)) void
+v8_corr(const int8_t *w, int64_t K, const int nr, int32_t *corr) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i s[4];
+    for (int j = 0; j < nr; j++) s[j] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += V8) {
+        const __mmask64 m = v8_tail(K - k);
+        prefetch_next_tile(w, K, k, nr);
+        for (int j = 0; j < nr; j++)
+            s[j] = _mm512_dpbusd_epi32(s[j], ones, _mm512_maskz_loadu_epi8(m, w + j * K + k));
+    }
+    for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(s[j]);
+}
+
+static void v8_corrs(const int8_t *w, int64_t K, int nr, int32_t *corr) {
+    switch (nr) {
+    case 1: v8_corr(w, K, 1, corr); break;
+    case 2: v8_corr(w, K, 2, corr); break;
+    case 3: v8_corr(w, K, 3, corr); break;
+    default: v8_corr(w, K, 4, corr); break;
+    }
+}
+
+/* Activation rows as q + 128 in u8 (quantize_rows' values and scales), ldu >= K bytes apart */
+static void quantize_rows_u8(const float *x, int64_t M, int64_t K, int per_token,
+                             float static_scale, uint8_t *u, int64_t ldu, float *sx) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f),
+                 lo = _mm256_set1_ps(-127.0f);
+    const __m256i bias = _mm256_set1_epi32(128);
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * K;
+        float s = static_scale;
+        if (per_token) {
+            __m256 vmax = _mm256_setzero_ps();
+            int64_t k = 0;
+            for (; k + 8 <= K; k += 8)
+                vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
+            float amax = hmax_ps(vmax);
+            for (; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+            s = amax / 127.0f;
+            if (s < 1e-8f) s = 1e-8f;
+        }
+        sx[m] = s;
+        uint8_t *ur = u + m * ldu;
+        const __m256 vs = _mm256_set1_ps(s);
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xr + k), vs),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i i = _mm256_add_epi32(
+                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), bias);
+            _mm_storel_epi64((__m128i *)(ur + k), _mm256_cvtepi32_epi8(i));
+        }
+        for (; k < K; k++) {
+            float v = nearbyintf(xr[k] / s);
+            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            ur[k] = (uint8_t)((int)v + 128);
+        }
+    }
+}
+
+/* y[M, N] = (u - 128)[M, K] W^T with both scales; u from quantize_rows_u8 */
+static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float *sx,
+                    const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    if (M <= ROW_MAX_M) {
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+        {
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int64_t n1 = N * (t + 1) / nt;
+            for (int64_t n = N * t / nt; n < n1; n += 4) {
+                const int nn = (int)(n1 - n < 4 ? n1 - n : 4);
+                v8_rows(u, ldu, w + n * K, sx, sw + n, y + n, (int)M, nn, K, N);
+            }
+        }
+        return;
+    }
+    const int64_t tiles = (N + 3) / 4;
+    int64_t mb = (256 * 1024) / ldu;
+    mb = mb < MR ? MR : mb - mb % MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t n0 = t * 4;
+            const int nn = (int)(N - n0 < 4 ? N - n0 : 4);
+            int32_t corr[4] = {0, 0, 0, 0};
+            v8_corrs(w + n0 * K, K, nn, corr);
+            for (int64_t m0 = b0; m0 < b1; m0 += MR)
+                v8_tiles(u + m0 * ldu, ldu, w + n0 * K, corr, sx + m0, sw + n0,
+                         y + m0 * N + n0, (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N);
+        }
+    }
+}
+
+static inline int64_t v8_ld(int64_t K) { return (K + V8 - 1) / V8 * V8; }
+
+/* ---- W8A16 with per-channel weight scales: the block loop on 512-bit registers -----------
+ * One block of QB = 32 activations is one register of int16; vpdpwssd multiplies it by the 32
+ * widened weights and sums pairs into 16 int32 lanes (at most 2 * 32767 * 127 each), which
+ * become fp32 times the block's scale, as in bf_row / bf_tile. Same products, summed in
+ * another order than the AVX2 path's, so equal to it up to fp32 rounding. Per-group scales
+ * stay on the AVX2 path. */
+
+static inline __attribute__((always_inline)) void
+bw_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K,
+       const float *sw, const float *bias, float *y, int64_t ldy, const int mr, const int nr) {
+    const int64_t nb = ldq / QB;
+    __m512 acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += QB) {
+        /* the last block may be partial: its weights are masked (the row ends at K), its
+         * activations are zero-padded to ldq */
+        const __mmask32 m = K - k >= QB ? ~(__mmask32)0 : (((__mmask32)1 << (K - k)) - 1);
+        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        __m512i wv[4];
+        for (int j = 0; j < nr; j++)
+            wv[j] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + j * K + k));
+        for (int i = 0; i < mr; i++) {
+            const __m512i qv = _mm512_loadu_si512(q + i * ldq + k);
+            const __m512 si = _mm512_set1_ps(xs[i * nb + k / QB]);
+            for (int j = 0; j < nr; j++)
+                acc[i][j] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(), qv, wv[j])),
+                    si, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            const float s = _mm512_reduce_add_ps(acc[i][j]) * sw[j];
+            y[i * ldy + j] = bias ? s + bias[j] : s;
+        }
+}
+
+#define BW_CASE(a, b) bw_row(q, ldq, xs, w, K, sw, bias, y, N, a, b)
+
+static void bw_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                    const float *sw, const float *bias, float *y, int mr, int nr, int64_t K,
+                    int64_t N) {
+    switch (mr * 16 + nr) { CASES(BW_CASE) }
+}
+
+/* rows already in block floating point (blockfloat_rows), per-channel scales sw [N] */
+static void bw_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                    const float *sw, const float *bias, float *y, int64_t M, int64_t N,
+                    int64_t K, int nthreads) {
+    const int64_t nb = ldq / QB;
+    if (M <= ROW_MAX_M) {
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+        {
+            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int64_t n1 = N * (t + 1) / nt;
+            for (int64_t n = N * t / nt; n < n1; n += 4) {
+                const int nn = (int)(n1 - n < 4 ? n1 - n : 4);
+                bw_rows(q, ldq, xs, w + n * K, sw + n, bias ? bias + n : NULL, y + n, (int)M,
+                        nn, K, N);
+            }
+        }
+        return;
+    }
+    const int64_t tiles = (N + 3) / 4;
+    int64_t mb = (256 * 1024) / (2 * ldq);
+    mb = mb < MR ? MR : mb - mb % MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t n0 = t * 4;
+            const int nn = (int)(N - n0 < 4 ? N - n0 : 4);
+            for (int64_t m0 = b0; m0 < b1; m0 += MR)
+                bw_rows(q + m0 * ldq, ldq, xs + m0 * nb, w + n0 * K, sw + n0,
+                        bias ? bias + n0 : NULL, y + m0 * N + n0,
+                        (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N);
+        }
+    }
+}
