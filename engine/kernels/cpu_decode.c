@@ -121,6 +121,102 @@ static void rope(float *x, int64_t heads, int64_t hd, const float *cos, const fl
     }
 }
 
+/* e^x for 8 floats, within 2 ulp of expf over the range used here (softmax exponents <= 0,
+ * SiLU's e^-g): 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in two parts, and a
+ * degree-6 polynomial for e^r on |r| <= ln(2) / 2. Inputs are clamped to [-87.3, 88.3], so
+ * 2^n stays a normal float: e^x for x below the clamp comes out near 1e-38 instead of a
+ * denormal or 0 (a softmax weight that small, or SiLU's g / (1 + 1e38), is 0 in the sums). */
+static inline __m256 exp8_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* the sums of four vectors, as lanes 0..3 */
+static inline __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* p[j] = scaling * (q . k_j) for j < len, keys hd apart; four keys per pass share one
+ * horizontal sum */
+static void scores(const float *q, const float *k, int64_t len, int64_t hd, float scaling,
+                   float *p) {
+    int64_t j = 0;
+    if ((hd & 7) == 0) {
+        const __m128 sc = _mm_set1_ps(scaling);
+        for (; j + 4 <= len; j += 4) {
+            const float *k0 = k + j * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t i = 0; i < hd; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + i);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + hd + i), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * hd + i), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * hd + i), a3);
+            }
+            _mm_storeu_ps(p + j, _mm_mul_ps(hsum4_ps(a0, a1, a2, a3), sc));
+        }
+    }
+    for (; j < len; j++) p[j] = dot(q, k + j * hd, hd) * scaling;
+}
+
+/* p[j] = e^(p[j] - max p), returns their sum */
+static float softmax_numerators(float *p, int64_t len) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++)
+        if (p[j] > mx) mx = p[j];
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 vs = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        const __m256 e = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(p + j), vm));
+        _mm256_storeu_ps(p + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float sum = hsum_ps(vs);
+    for (; j < len; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    return sum;
+}
+
+/* o = sum_j (p[j] / sum) v_j over hd values; 64 outputs at a time stay in registers while
+ * the values stream past */
+static void weighted_values(const float *p, float sum, const float *v, int64_t len,
+                            int64_t hd, float *o) {
+    int64_t i0 = 0;
+    for (; i0 + 64 <= hd; i0 += 64) {
+        __m256 acc[8];
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < len; j++) {
+            const __m256 wv = _mm256_set1_ps(p[j] / sum);
+            const float *vj = v + j * hd + i0;
+            for (int c = 0; c < 8; c++)
+                acc[c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + i0 + 8 * c, acc[c]);
+    }
+    for (int64_t i = i0; i < hd; i++) o[i] = 0.0f;
+    for (int64_t j = 0; j < len && i0 < hd; j++) {
+        const float w = p[j] / sum;
+        for (int64_t i = i0; i < hd; i++) o[i] += w * v[j * hd + i];
+    }
+}
+
 /* single-query attention of every (row, query head); p is per-thread scratch of max_len */
 static void attention(const npc_model_t *md, const npc_layer_t *L, const float *q, float *out,
                       int64_t M, const int64_t *slots, const int64_t *pos, float *p_all,
@@ -133,33 +229,25 @@ static void attention(const npc_model_t *md, const npc_layer_t *L, const float *
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < M * nh; t++) {
             const int64_t m = t / nh, h = t % nh, g = h / group, len = pos[m] + 1;
-            const float *qh = q + (m * nh + h) * hd;
             const int64_t base = ((slots[m] * kvh + g) * ml) * hd;
-            const float *kk = L->kc + base, *vv = L->vc + base;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < len; j++) {
-                p[j] = dot(qh, kk + j * hd, hd) * md->scaling;
-                if (p[j] > mx) mx = p[j];
-            }
-            float sum = 0.0f;
-            for (int64_t j = 0; j < len; j++) {
-                p[j] = expf(p[j] - mx);
-                sum += p[j];
-            }
-            float *o = out + (m * nh + h) * hd;
-            for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
-            for (int64_t j = 0; j < len; j++) {
-                const float w = p[j] / sum;
-                const float *vj = vv + j * hd;
-                int64_t i = 0;
-                const __m256 wv = _mm256_set1_ps(w);
-                for (; i + 8 <= hd; i += 8)
-                    _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vj + i),
-                                                            _mm256_loadu_ps(o + i)));
-                for (; i < hd; i++) o[i] += w * vj[i];
-            }
+            scores(q + (m * nh + h) * hd, L->kc + base, len, hd, md->scaling, p);
+            const float sum = softmax_numerators(p, len);
+            weighted_values(p, sum, L->vc + base, len, hd, out + (m * nh + h) * hd);
         }
     }
+}
+
+/* u = SiLU(g) * u over n values */
+static void silu_mul(const float *g, float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 e = exp8_ps(_mm256_xor_ps(gv, neg));
+        _mm256_storeu_ps(u + i, _mm256_mul_ps(_mm256_loadu_ps(u + i),
+                                              _mm256_div_ps(gv, _mm256_add_ps(one, e))));
+    }
+    for (; i < n; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
 static void add_into(float *h, const float *y, int64_t n) {
@@ -222,10 +310,7 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
         rmsnorm(h, L->post_norm, md->eps, x, M, H);
         linear(&L->gate, x, y, M, &s, nt);
         linear(&L->up, x, u, M, &s, nt);
-        for (int64_t i = 0; i < M * I; i++) {
-            const float g = y[i];
-            u[i] *= g / (1.0f + expf(-g));
-        }
+        silu_mul(y, u, M * I);
         linear(&L->down, u, y, M, &s, nt);
         add_into(h, y, M * H);
     }

@@ -18,6 +18,31 @@ static inline __attribute__((always_inline)) __mmask64 v8_tail(int64_t left) {
     return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
 }
 
+/* 64 bytes at p; the masked form only for a row's last, partial vector (masked loads cost
+ * an extra uop on the vector ports that the full vectors' loop cannot spare) */
+static inline __attribute__((always_inline)) __m512i v8_load(const void *p, __mmask64 m,
+                                                             const int full) {
+    return full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(m, p);
+}
+
+/* one 64-byte step of mr activation rows times nr weight rows at offset k; with_ws also sums
+ * the weights (vpdpbusd against all-ones) */
+static inline __attribute__((always_inline)) void
+v8_step(__m512i acc[][4], __m512i *ws, const uint8_t *xu, int64_t ldu, const int8_t *w,
+        int64_t K, int64_t k, const int mr, const int nr, const int with_ws, const int full) {
+    const __mmask64 m = full ? 0 : v8_tail(K - k);
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i wv[4];
+    for (int j = 0; j < nr; j++) {
+        wv[j] = v8_load(w + j * K + k, m, full);
+        if (with_ws) ws[j] = _mm512_dpbusd_epi32(ws[j], ones, wv[j]);
+    }
+    for (int i = 0; i < mr; i++) {
+        const __m512i xv = v8_load(xu + i * ldu + k, m, full);
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
+    }
+}
+
 /* the four int32 sums of four vectors, as lanes 0..3 */
 static inline __attribute__((always_inline)) __m128i
 hsum4_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
@@ -51,25 +76,16 @@ static inline __attribute__((always_inline)) void
 v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *sx,
        const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
     __m512i acc[MR][4], ws[4];
-    const __m512i ones = _mm512_set1_epi8(1);
     for (int j = 0; j < nr; j++) {
         ws[j] = _mm512_setzero_si512();
         for (int i = 0; i < mr; i++) acc[i][j] = _mm512_setzero_si512();
     }
     int64_t k = 0;
-    for (; k < K; k += V8) {
-        const __mmask64 m = v8_tail(K - k);
+    for (; k + V8 <= K; k += V8) {
         prefetch_next_tile(w, K, k, nr);
-        __m512i wv[4];
-        for (int j = 0; j < nr; j++) {
-            wv[j] = _mm512_maskz_loadu_epi8(m, w + j * K + k);
-            ws[j] = _mm512_dpbusd_epi32(ws[j], ones, wv[j]);
-        }
-        for (int i = 0; i < mr; i++) {
-            const __m512i xv = _mm512_maskz_loadu_epi8(m, xu + i * ldu + k);
-            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
-        }
+        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, 1, 1);
     }
+    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, 1, 0);
     int32_t corr[4] = {0, 0, 0, 0};
     for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(ws[j]);
     for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
@@ -82,54 +98,40 @@ static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const float
     switch (mr * 16 + nr) { CASES(V8_ROW_CASE) }
 }
 
-/* More rows: the correction sums of nr weight rows first (this also brings the rows into L1
- * for the tiles that follow), then mr x nr tiles over every block of activation rows. */
+/* More rows: mr x nr tiles. The first block of activation rows of a tile reads the weight
+ * rows from memory and takes their correction sums from the same loads (as v8_row does); the
+ * blocks after it find the rows in L1 and reuse the sums. */
 static inline __attribute__((always_inline)) void
-v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const int32_t *corr,
-        const float *sx, const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
-    __m512i acc[MR][4];
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_si512();
-    for (int64_t k = 0; k < K; k += V8) {
-        const __mmask64 m = v8_tail(K - k);
-        __m512i wv[4];
-        for (int j = 0; j < nr; j++) wv[j] = _mm512_maskz_loadu_epi8(m, w + j * K + k);
-        for (int i = 0; i < mr; i++) {
-            const __m512i xv = _mm512_maskz_loadu_epi8(m, xu + i * ldu + k);
-            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
-        }
+v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, int32_t *corr,
+        const float *sx, const float *sw, float *y, int64_t ldy, const int mr, const int nr,
+        const int first) {
+    __m512i acc[MR][4], ws[4];
+    for (int j = 0; j < nr; j++) {
+        ws[j] = _mm512_setzero_si512();
+        for (int i = 0; i < mr; i++) acc[i][j] = _mm512_setzero_si512();
     }
+    int64_t k = 0;
+    for (; k + V8 <= K; k += V8) {
+        if (first) prefetch_next_tile(w, K, k, nr);
+        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, first, 1);
+    }
+    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, first, 0);
+    if (first)
+        for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(ws[j]);
     for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
 }
 
-#define V8_TILE_CASE(a, b) v8_tile(xu, ldu, w, K, corr, sx, sw, y, N, a, b)
+#define V8_TILE_CASE(a, b) v8_tile(xu, ldu, w, K, corr, sx, sw, y, N, a, b, F)
 
-static void v8_tiles(const uint8_t *xu, int64_t ldu, const int8_t *w, const int32_t *corr,
+static void v8_tiles(const uint8_t *xu, int64_t ldu, const int8_t *w, int32_t *corr,
                      const float *sx, const float *sw, float *y, int mr, int nr, int64_t K,
-                     int64_t N) {
-    switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
-}
-
-static inline __attribute__((always_inline)) void
-v8_corr(const int8_t *w, int64_t K, const int nr, int32_t *corr) {
-    const __m512i ones = _mm512_set1_epi8(1);
-    __m512i s[4];
-    for (int j = 0; j < nr; j++) s[j] = _mm512_setzero_si512();
-    for (int64_t k = 0; k < K; k += V8) {
-        const __mmask64 m = v8_tail(K - k);
-        prefetch_next_tile(w, K, k, nr);
-        for (int j = 0; j < nr; j++)
-            s[j] = _mm512_dpbusd_epi32(s[j], ones, _mm512_maskz_loadu_epi8(m, w + j * K + k));
-    }
-    for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(s[j]);
-}
-
-static void v8_corrs(const int8_t *w, int64_t K, int nr, int32_t *corr) {
-    switch (nr) {
-    case 1: v8_corr(w, K, 1, corr); break;
-    case 2: v8_corr(w, K, 2, corr); break;
-    case 3: v8_corr(w, K, 3, corr); break;
-    default: v8_corr(w, K, 4, corr); break;
+                     int64_t N, int first) {
+    if (first) {
+        enum { F = 1 };
+        switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
+    } else {
+        enum { F = 0 };
+        switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
     }
 }
 
@@ -196,10 +198,10 @@ static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float 
             const int64_t n0 = t * 4;
             const int nn = (int)(N - n0 < 4 ? N - n0 : 4);
             int32_t corr[4] = {0, 0, 0, 0};
-            v8_corrs(w + n0 * K, K, nn, corr);
             for (int64_t m0 = b0; m0 < b1; m0 += MR)
                 v8_tiles(u + m0 * ldu, ldu, w + n0 * K, corr, sx + m0, sw + n0,
-                         y + m0 * N + n0, (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N);
+                         y + m0 * N + n0, (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N,
+                         m0 == b0);
         }
     }
 }
@@ -213,30 +215,39 @@ static inline int64_t v8_ld(int64_t K) { return (K + V8 - 1) / V8 * V8; }
  * another order than the AVX2 path's, so equal to it up to fp32 rounding. Per-group scales
  * stay on the AVX2 path. */
 
+/* one block at offset k; the last block may be partial: its weights are masked (the row
+ * ends at K), its activations are zero-padded to ldq */
+static inline __attribute__((always_inline)) void
+bw_step(__m512 acc[][4], const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+        int64_t K, int64_t k, const int mr, const int nr, const int full) {
+    const int64_t nb = ldq / QB;
+    const __mmask32 m = full ? 0 : (((__mmask32)1 << (K - k)) - 1);
+    __m512i wv[4];
+    for (int j = 0; j < nr; j++)
+        wv[j] = _mm512_cvtepi8_epi16(full ? _mm256_loadu_si256((const __m256i *)(w + j * K + k))
+                                          : _mm256_maskz_loadu_epi8(m, w + j * K + k));
+    for (int i = 0; i < mr; i++) {
+        const __m512i qv = _mm512_loadu_si512(q + i * ldq + k);
+        const __m512 si = _mm512_set1_ps(xs[i * nb + k / QB]);
+        for (int j = 0; j < nr; j++)
+            acc[i][j] = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(), qv, wv[j])), si,
+                acc[i][j]);
+    }
+}
+
 static inline __attribute__((always_inline)) void
 bw_row(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w, int64_t K,
        const float *sw, const float *bias, float *y, int64_t ldy, const int mr, const int nr) {
-    const int64_t nb = ldq / QB;
     __m512 acc[MR][4];
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += QB) {
-        /* the last block may be partial: its weights are masked (the row ends at K), its
-         * activations are zero-padded to ldq */
-        const __mmask32 m = K - k >= QB ? ~(__mmask32)0 : (((__mmask32)1 << (K - k)) - 1);
+    int64_t k = 0;
+    for (; k + QB <= K; k += QB) {
         if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
-        __m512i wv[4];
-        for (int j = 0; j < nr; j++)
-            wv[j] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, w + j * K + k));
-        for (int i = 0; i < mr; i++) {
-            const __m512i qv = _mm512_loadu_si512(q + i * ldq + k);
-            const __m512 si = _mm512_set1_ps(xs[i * nb + k / QB]);
-            for (int j = 0; j < nr; j++)
-                acc[i][j] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(), qv, wv[j])),
-                    si, acc[i][j]);
-        }
+        bw_step(acc, q, ldq, xs, w, K, k, mr, nr, 1);
     }
+    if (k < K) bw_step(acc, q, ldq, xs, w, K, k, mr, nr, 0);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             const float s = _mm512_reduce_add_ps(acc[i][j]) * sw[j];
