@@ -9,6 +9,7 @@ thread-safe facade, engine.runtime.output.RequestOutputs turns tokens and finish
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -248,6 +249,11 @@ class EngineCore:
                 self.default = variant.name
             if variant.name in self.loading:
                 self.loading.remove(variant.name)
+        # the model, torch and transformers stay for the process's life: move them out of the
+        # collector's reach, or every full collection walks them all (measured: 12-17 % of a
+        # batch-16 decode loop on SmolLM2, from the token events' garbage). O(1), unlike a
+        # collect, so the engine loop does not stall here.
+        gc.freeze()
         job._finish(variant.info)
 
     def _retire_drained(self) -> None:
