@@ -159,3 +159,31 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
     monkeypatch.undo()
     assert native_decode.plan_for(BatchedRunner(llama, num_slots=2, max_len=32))[0] is not None
 
+
+
+def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike():
+    """q/k/v (and gate/up) read one input, which the native step quantizes once for all of
+    them; a neighbour with another static scale, or kept float, must not be handed the first
+    one's int8 rows. Static W8A8 with k_proj at twice q_proj's input scale, v_proj and gate_proj
+    float: the native step still equals the PyTorch loop."""
+    from npu_console.engine.quant.apply import prepare_for_serving
+
+    model = _quantized("w8a8-static")
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.k_proj.input_scale.mul_(2.0)
+        for parent, name in ((attn, "v_proj"), (mlp, "gate_proj")):
+            q = getattr(parent, name)
+            lin = torch.nn.Linear(q.in_features, q.out_features, bias=q.bias is not None)
+            with torch.no_grad():
+                lin.weight.copy_(q.dequantized_weight())
+                if q.bias is not None:
+                    lin.bias.copy_(q.bias)
+            setattr(parent, name, lin)
+    prepare_for_serving(model)
+    out, native, _ = _decode_both(model)
+    assert native.layers[0].self_attn.k_proj.input_scale.item() != \
+        native.layers[0].self_attn.q_proj.input_scale.item()
+    for a, b in out:
+        assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))

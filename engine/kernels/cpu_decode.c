@@ -47,6 +47,10 @@ typedef struct {
 typedef struct {
     int16_t *q;
     float *sx;
+    /* how q / sx were last filled (linear's reuse check): kind (-1: not yet), inputs, scale */
+    int32_t kind, per_token;
+    int64_t k;
+    float static_scale;
 } i8_scratch_t;
 
 static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
@@ -55,31 +59,49 @@ static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
         for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
+/* Whether the scratch already holds x the way L reads it: `same_x` says the caller passes the
+ * rows of the previous product (q/k/v, gate/up read one input), and the previous product
+ * quantized them the same way (kind, and for W8A8 the activation scale rule). */
+static int scratch_fits(const i8_scratch_t *s, const npc_linear_t *L, int same_x) {
+    return same_x && s->kind == L->kind && s->k == L->k &&
+           (L->kind == NPC_W8A16 ||
+            (s->per_token == L->per_token && (L->per_token || s->static_scale == L->static_scale)));
+}
+
 /* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the fp32 and
  * W8A16 products add the bias in their epilogue, W8A8 after it */
 static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
-                   const i8_scratch_t *s, int nthreads) {
+                   i8_scratch_t *s, int same_x, int nthreads) {
     const int64_t N = L->n, K = L->k;
     if (L->kind == NPC_F32) {
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
         run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
-    } else if (L->kind == NPC_W8A16) {
+        s->kind = -1; /* the scratch no longer holds the input the next product reads */
+        return;
+    }
+    const int fits = scratch_fits(s, L, same_x);
+    s->kind = L->kind;
+    s->k = K;
+    s->per_token = L->per_token;
+    s->static_scale = L->static_scale;
+    if (L->kind == NPC_W8A16) {
         const int64_t ldq = blockfloat_ld(K);
-        blockfloat_rows(x, M, K, s->q, ldq, s->sx);
+        if (!fits) blockfloat_rows(x, M, K, s->q, ldq, s->sx);
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
                    K, nthreads);
     } else {
 #if NPC_VNNI
         /* u8 rows fit the int16 scratch: v8_ld(K) <= 2 * blockfloat_ld(K) */
         const int64_t ldu = v8_ld(K);
-        quantize_rows_u8(x, M, K, L->per_token, L->static_scale, (uint8_t *)s->q, ldu, s->sx);
+        if (!fits)
+            quantize_rows_u8(x, M, K, L->per_token, L->static_scale, (uint8_t *)s->q, ldu, s->sx);
         v8_gemm((const uint8_t *)s->q, ldu, (const int8_t *)L->w, s->sx, L->scale, y, M, N, K,
                 nthreads);
         add_bias(y, L->bias, M, N);
         return;
 #endif
         const int64_t ldq = (K + 15) / 16 * 16;
-        quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);
+        if (!fits) quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);
         const gemm_t g = {NULL, s->q, ldq, (const int8_t *)L->w, s->sx, L->scale, NULL, NULL,
                           y, M, N, K};
         run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
@@ -283,14 +305,14 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
     float *x = buf, *q = x + M * H, *att = q + M * nh * hd, *k = att + M * nh * hd,
           *v = k + M * kvh * hd, *y = v + M * kvh * hd, *u = y + M * wide, *p = u + M * wide,
           *sx = p + (int64_t)nt * ml;
-    const i8_scratch_t s = {q16, sx};
+    i8_scratch_t s = {q16, sx, -1, 0, 0, 0.0f};
 
     for (int li = 0; li < md->n_layers; li++) {
         const npc_layer_t *L = layers + li;
         rmsnorm(h, L->in_norm, md->eps, x, M, H);
-        linear(&L->q, x, q, M, &s, nt);
-        linear(&L->k, x, k, M, &s, nt);
-        linear(&L->v, x, v, M, &s, nt);
+        linear(&L->q, x, q, M, &s, 0, nt);
+        linear(&L->k, x, k, M, &s, 1, nt);
+        linear(&L->v, x, v, M, &s, 1, nt);
         if (L->q_norm) rmsnorm(q, L->q_norm, md->qk_eps, q, M * nh, hd);
         if (L->k_norm) rmsnorm(k, L->k_norm, md->qk_eps, k, M * kvh, hd);
         for (int64_t m = 0; m < M; m++) {
@@ -305,13 +327,13 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
             }
         }
         attention(md, L, q, att, M, slots, pos, p, nt);
-        linear(&L->o, att, y, M, &s, nt);
+        linear(&L->o, att, y, M, &s, 0, nt);
         add_into(h, y, M * H);
         rmsnorm(h, L->post_norm, md->eps, x, M, H);
-        linear(&L->gate, x, y, M, &s, nt);
-        linear(&L->up, x, u, M, &s, nt);
+        linear(&L->gate, x, y, M, &s, 0, nt);
+        linear(&L->up, x, u, M, &s, 1, nt);
         silu_mul(y, u, M * I);
-        linear(&L->down, u, y, M, &s, nt);
+        linear(&L->down, u, y, M, &s, 0, nt);
         add_into(h, y, M * H);
     }
     free(buf);
