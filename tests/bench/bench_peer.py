@@ -3,6 +3,7 @@
     python tests/bench/bench_peer.py --model ../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \\
         [--llama-bin /tmp/llama-cpp/build/bin] [--variants w8a16,w8a8-dynamic] [--rounds 3] \\
         [--append-docs docs/benchmarks.md]
+    python tests/bench/bench_peer.py --random-shape qwen2.5-0.5b [...]   # or --model /tmp/qwen05b-random
 
 llama.cpp's tools come from ../shared/tools/build_llama_cpp.sh (or --llama-bin). From one model
 (a GGUF, or a Hugging Face folder that llama.cpp's own convert_hf_to_gguf.py turns into one) it
@@ -10,8 +11,11 @@ makes the Q8_0 llama.cpp runs, and our engine quantizes the same float weights t
 Each round runs, for every batch size, llama.cpp then each of our variants (decode at batch 1
 with `llama-bench`, at 8 and 16 with `llama-batched-bench`, aggregate tokens/s; ours with
 `npu-console bench offline`), then prefill of --prefill tokens; figures are medians over rounds
-and ratios are ours / llama.cpp Q8_0. It prints the CPU flags that decide kernel choices, and
-with --append-docs adds the table to docs/benchmarks.md. Needs a quiet machine: both engines
+and ratios are ours / llama.cpp Q8_0. The random-weight Qwen2.5-0.5B shape (--random-shape,
+or --model on a folder from `python -m npu_console.engine.bench.random_model`) has a word
+tokenizer the converter cannot read, so random_gguf.py writes its float32 weights to the GGUF
+itself and our engine runs the folder: both engines get the same values. It prints the CPU
+flags that decide kernel choices, and with --append-docs adds the table to docs/benchmarks.md. Needs a quiet machine: both engines
 spin OpenMP threads, and a busy second core costs either of them up to 100x.
 """
 
@@ -26,7 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from random_gguf import needs_own_writer, write_qwen2_gguf
+
 ROOT = Path(__file__).resolve().parents[2]
+RANDOM_SHAPES = ("qwen2.5-0.5b",)
 FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
          "avx_vnni", "amx_tile")
 
@@ -51,6 +58,9 @@ def run(cmd: list[str], timeout: int = 1800) -> str:
 def to_gguf(model: Path, llama_bin: Path, work: Path) -> Path:
     if model.suffix == ".gguf":
         return model
+    if needs_own_writer(model):
+        print(f"writing {model.name} to GGUF (float32, placeholder vocabulary)", file=sys.stderr)
+        return write_qwen2_gguf(model, work / f"{model.name}-f32.gguf", "f32")
     script = llama_bin.parents[1] / "convert_hf_to_gguf.py"
     if not script.is_file():  # the build script's layout: OUT/build/bin, OUT/llama_cpp_python-*/...
         found = sorted(llama_bin.parents[1].glob("llama_cpp_python-*/vendor/llama.cpp/"
@@ -94,7 +104,11 @@ def median_table(samples: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, required=True, help="a GGUF file or an HF folder")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", type=Path, help="a GGUF file or an HF folder")
+    src.add_argument("--random-shape", choices=RANDOM_SHAPES,
+                     help="make this shape with random float32 weights and run it on both engines")
+    p.add_argument("--seed", type=int, default=0, help="weights seed for --random-shape")
     p.add_argument("--llama-bin", type=Path, default=Path("/tmp/llama-cpp/build/bin"))
     p.add_argument("--variants", default="w8a16,w8a8-dynamic")
     p.add_argument("--batches", default="1,8,16")
@@ -114,7 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU flags: {' '.join(flags)}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
         work = Path(tmp)
-        model = to_gguf(args.model.resolve(), args.llama_bin, work)
+        if args.random_shape:
+            from npu_console.engine.bench.random_model import make_random_qwen
+
+            print(f"making the random {args.random_shape} model", file=sys.stderr)
+            args.model = make_random_qwen(work / f"{args.random_shape}-random", seed=args.seed,
+                                          dtype="float32")
+        src = args.model.resolve()
+        model = to_gguf(src, args.llama_bin, work)
+        # the random model's GGUF has a placeholder vocabulary, so our engine runs its folder
+        ours_model = src if src.is_dir() and needs_own_writer(src) else model
         q8 = work / "q8_0.gguf"
         run([args.llama_bin / "llama-quantize", "--allow-requantize", model, q8, "Q8_0",
              args.threads])
@@ -125,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
                 samples.setdefault(("llama.cpp Q8_0", b), []).append(
                     llama_decode(args.llama_bin, q8, b, args.new_tokens, args.threads))
                 for v in variants:
-                    row = ours(model, v, b, 32, args.new_tokens, args.threads)
+                    row = ours(ours_model, v, b, 32, args.new_tokens, args.threads)
                     samples.setdefault((v, b), []).append(row["decode_tokens_per_s"])
             samples.setdefault(("llama.cpp Q8_0", "prefill"), []).append(
                 llama_prefill(args.llama_bin, q8, args.prefill, args.threads))
             for v in variants:
-                row = ours(model, v, 1, args.prefill, 8, args.threads)
+                row = ours(ours_model, v, 1, args.prefill, 8, args.threads)
                 samples.setdefault((v, "prefill"), []).append(
                     args.prefill / (row["ttft_ms_mean"] / 1000.0))
             print(f"round {r + 1}/{args.rounds} done ({time.monotonic() - t0:.0f} s)",
@@ -150,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{ours_v:.1f}{ratio}" if ours_v is not None else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    header = (f"`python tests/bench/bench_peer.py --model {args.model} --rounds {args.rounds} "
+    source = (f"--random-shape {args.random_shape} --seed {args.seed}" if args.random_shape
+              else f"--model {args.model}")
+    header = (f"`python tests/bench/bench_peer.py {source} --rounds {args.rounds} "
               f"--variants {args.variants}` ({time.strftime('%Y-%m-%d %H:%M')}, "
               f"{args.threads} threads; CPU flags: {' '.join(flags)}; medians of "
               f"{args.rounds} interleaved rounds, ratios vs llama.cpp Q8_0 of the same file)")
