@@ -23,10 +23,13 @@ class QuantInfo:
     config: dict = field(default_factory=dict)
     # int8 head: {"head": "lm_head", "embedding": "model.embed_tokens", "tied": bool}
     int8_head: dict | None = None
+    # per-group W8A16: layer -> why it has one scale per output channel instead
+    group_fallback: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"method": self.method, "quantized": self.quantized, "skipped": self.skipped,
-                "smoothed": self.smoothed, "config": self.config, "int8_head": self.int8_head}
+                "smoothed": self.smoothed, "config": self.config, "int8_head": self.int8_head,
+                "group_fallback": self.group_fallback}
 
 
 def set_module(model: Any, name: str, new: torch.nn.Module) -> None:
@@ -53,12 +56,13 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
         raise QuantError(f"{config.method} with these options needs calibration statistics")
     if getattr(model, "npu_quant", None) is not None:
         raise QuantError("the model is already quantized")
-    if config.group_size:
-        bad = [n for n in sel.quantize
-               if model.get_submodule(n).in_features % config.group_size]
-        if bad:
-            raise QuantError(f"in_features of {bad[0]} is not a multiple of group size "
-                             f"{config.group_size}")
+    # a layer whose input size is not a multiple of the group (SmolLM2's 576 at group 128, the
+    # demo model's down_proj 688) gets one scale per output channel, the same int8 layer
+    # without groups, rather than refusing the whole model; the result lists each one
+    fallback = {n: (f"in_features {model.get_submodule(n).in_features} is not a multiple of "
+                    f"group size {config.group_size}: one scale per output channel")
+                for n in sel.quantize
+                if config.group_size and model.get_submodule(n).in_features % config.group_size}
     smoothed = []
     factors: dict = {}
     if recipe is not None:
@@ -81,15 +85,17 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
                 raise QuantError(f"no calibration data reached {name}")
             clip = recipe.clips.get(name, 1.0) if recipe is not None else 1.0
             input_scale = max(clip * stats[name].tensor_absmax, 1e-8) / 127.0
+        group = 0 if name in fallback else config.group_size
         rounded = (recipe.rounded_weight(name, lin.weight, factors)
-                   if recipe is not None and not config.group_size else None)
-        set_module(model, name, QuantLinear.from_linear(lin, config.method, config.group_size,
+                   if recipe is not None and not group else None)
+        set_module(model, name, QuantLinear.from_linear(lin, config.method, group,
                                                         input_scale, rounded))
         if progress:
             progress("quantize", i + 1, total)
     head = quantize_head(model) if config.int8_head else None
     info = QuantInfo(method=config.method, quantized=sel.quantize, skipped=sel.skipped,
-                     smoothed=smoothed, config=config.to_dict(), int8_head=head)
+                     smoothed=smoothed, config=config.to_dict(), int8_head=head,
+                     group_fallback=fallback)
     model.npu_quant = info
     return info
 
@@ -112,6 +118,7 @@ def quantize_head(model: Any) -> dict:
     tied = head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
     head_name, emb_name = _module_name(model, head), _module_name(model, emb)
     qhead = QuantLinear.from_linear(head, "w8a16")
+    qhead.act_rows = "token"  # its input is the final norm's: int16 rows per token suffice
     set_module(model, head_name, qhead)
     set_module(model, emb_name, QuantEmbedding.tied(qhead) if tied
                else QuantEmbedding.from_embedding(emb))

@@ -291,6 +291,7 @@ def _install_head(model: Any, head: dict, dtype: torch.dtype) -> None:
     from npu_console.engine.quant.qlinear import QuantEmbedding
 
     qhead = model.get_submodule(head["head"])
+    qhead.act_rows = "token"  # as engine.quant.apply.quantize_head made it
     emb = model.get_submodule(head["embedding"])
     set_module(model, head["embedding"], QuantEmbedding.tied(qhead) if head["tied"]
                else QuantEmbedding(emb.num_embeddings, emb.embedding_dim, dtype))
@@ -363,7 +364,8 @@ def load_quantized_model(path: str | Path, device: str = "cpu",
         tensors = load_file(str(path / "model.safetensors"))
         info = QuantInfo(method=meta["method"], quantized=meta["quantized"],
                          skipped=meta["skipped"], smoothed=meta.get("smoothed", []),
-                         config=meta.get("config", {}), int8_head=meta.get("int8_head"))
+                         config=meta.get("config", {}), int8_head=meta.get("int8_head"),
+                         group_fallback=meta.get("group_fallback", {}))
     elif fmt == "compressed-tensors":
         layers, tensors, info = _read_compressed_tensors(path, model)
     else:
