@@ -68,6 +68,9 @@ def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
         io.load_quantized_model(out, device="npu")
     back = io.load_quantized_model(out)
     assert back.npu_quant.int8_head["tied"]
+    # the head reads int16 rows per token (its input is the final norm's), before and after
+    assert model.lm_head.act_rows == back.lm_head.act_rows == "token"
+    assert model.model.layers[0].mlp.down_proj.act_rows == "block"
     assert isinstance(back.get_input_embeddings(), QuantEmbedding)
     assert torch.allclose(_logits(model, probe_ids), _logits(back, probe_ids), atol=1e-4)
 

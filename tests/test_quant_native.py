@@ -226,9 +226,45 @@ def test_int8_paths_agree_with_the_avx2_build(tmp_path):
             acc = qmath.quantize_act(x, sx).double() @ w.double().t()
             got = own.double() / (sx.double().reshape(-1, 1) * s.double())
             assert torch.allclose(got, acc, rtol=1e-6, atol=1e-3), (m, n, k, static)
+        # the int8 head's W8A16 on int16 rows per token: the same integer sums, bit for bit
+        own = native.w8a16_token_rows(x, w, s)
+        avx2 = torch.empty(m, n)
+        assert lib.npc_w8a16_tok(x.data_ptr(), w.data_ptr(), s.data_ptr(), avx2.data_ptr(), m, n,
+                                 k, torch.get_num_threads()) == 0
+        assert torch.equal(own, avx2), (m, n, k)
         # W8A16: on a VNNI CPU per-channel scales run on vpdpwssd, summed in another order
         own = native.w8a16(x, w, s)
         avx2 = torch.empty(m, n)
         assert lib.npc_w8a16(x.data_ptr(), w.data_ptr(), s.data_ptr(), avx2.data_ptr(), m, n, k,
                              torch.get_num_threads()) == 0
         assert torch.allclose(own, avx2, rtol=1e-5, atol=1e-5 * float(avx2.abs().max())), (m, n, k)
+
+
+@needs_native
+@pytest.mark.parametrize("m,n,k", W8A8_PATH_SHAPES)
+def test_token_rows_w8a16_is_exact_on_its_int16_rows(m, n, k):
+    """npc_w8a16_tok (the int8 head): each row to int16 with max|x| / 16383, round half to
+    even, then exact integer sums times both scales."""
+    x, w, s = _case(m, n, k, seed=5)
+    y = native.w8a16_token_rows(x, w, s)
+    sx = (x.abs().amax(-1, keepdim=True) / 16383).clamp_min(1e-8)
+    q = torch.clamp(torch.round(x / sx), -16383, 16383)
+    acc = q.double() @ w.double().t()
+    got = y.double() / (sx.double() * s.double())
+    assert torch.allclose(got, acc, rtol=1e-6, atol=1e-2)
+
+
+@needs_native
+def test_token_rows_refuse_rows_their_sums_cannot_hold():
+    """Past 8192 inputs the int32 sums could overflow: refused here, and a layer that long
+    keeps block floating point rows (layer_forward)."""
+    from npu_console.engine.quant.qlinear import QuantLinear
+
+    x, w, s = _case(2, 3, native.TOKEN_ROWS_MAX_K + 32)
+    with pytest.raises(ValueError, match="8192"):
+        native.w8a16_token_rows(x, w, s)
+    lin = torch.nn.Linear(native.TOKEN_ROWS_MAX_K + 32, 3, bias=False)
+    q = QuantLinear.from_linear(lin, "w8a16")
+    q.act_rows = "token"
+    y = q(x)
+    assert torch.allclose(y, native.w8a16(x, q.weight, q.weight_scale), rtol=1e-6, atol=1e-6)

@@ -263,11 +263,16 @@ static void bw_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t
     switch (mr * 16 + nr) { CASES(BW_CASE) }
 }
 
-/* rows already in block floating point (blockfloat_rows), per-channel scales sw [N] */
-static void bw_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
-                    const float *sw, const float *bias, float *y, int64_t M, int64_t N,
-                    int64_t K, int nthreads) {
-    const int64_t nb = ldq / QB;
+/* mr activation rows x nr weight rows of a 512-bit product, written to y (ldy = N) */
+typedef void (*z_rows_fn)(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                          const float *sw, const float *bias, float *y, int mr, int nr,
+                          int64_t K, int64_t N);
+
+/* Up to ROW_MAX_M rows: each thread streams its range of weight rows, 4 at a time; more: 4 x 4
+ * tiles, the activation rows in blocks that stay in L2. xs_ld: activation scales per row. */
+static void z_gemm(z_rows_fn rows, const int16_t *q, int64_t ldq, const float *xs,
+                   int64_t xs_ld, const int8_t *w, const float *sw, const float *bias, float *y,
+                   int64_t M, int64_t N, int64_t K, int nthreads) {
     if (M <= ROW_MAX_M) {
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
         {
@@ -275,8 +280,8 @@ static void bw_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t
             const int64_t n1 = N * (t + 1) / nt;
             for (int64_t n = N * t / nt; n < n1; n += 4) {
                 const int nn = (int)(n1 - n < 4 ? n1 - n : 4);
-                bw_rows(q, ldq, xs, w + n * K, sw + n, bias ? bias + n : NULL, y + n, (int)M,
-                        nn, K, N);
+                rows(q, ldq, xs, w + n * K, sw + n, bias ? bias + n : NULL, y + n, (int)M, nn, K,
+                     N);
             }
         }
         return;
@@ -291,9 +296,62 @@ static void bw_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t
             const int64_t n0 = t * 4;
             const int nn = (int)(N - n0 < 4 ? N - n0 : 4);
             for (int64_t m0 = b0; m0 < b1; m0 += MR)
-                bw_rows(q + m0 * ldq, ldq, xs + m0 * nb, w + n0 * K, sw + n0,
-                        bias ? bias + n0 : NULL, y + m0 * N + n0,
-                        (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N);
+                rows(q + m0 * ldq, ldq, xs + m0 * xs_ld, w + n0 * K, sw + n0,
+                     bias ? bias + n0 : NULL, y + m0 * N + n0,
+                     (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N);
         }
     }
+}
+
+/* rows already in block floating point (blockfloat_rows), per-channel scales sw [N] */
+static void bw_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                    const float *sw, const float *bias, float *y, int64_t M, int64_t N,
+                    int64_t K, int nthreads) {
+    z_gemm(bw_rows, q, ldq, xs, ldq / QB, w, sw, bias, y, M, N, K, nthreads);
+}
+
+/* ---- the int8 head's W8A16 (npc_w8a16_tok): int16 rows with one scale each, summed in int32
+ * over the whole row by vpdpwssd; y = ((float)sum * sx[m]) * sw[n] as the AVX2 path */
+static inline __attribute__((always_inline)) void
+t16_step(__m512i acc[][4], const int16_t *q, int64_t ldq, const int8_t *w, int64_t K,
+         int64_t k, const int mr, const int nr, const int full) {
+    const __mmask32 m = full ? 0 : (((__mmask32)1 << (K - k)) - 1);
+    __m512i wv[4];
+    for (int j = 0; j < nr; j++)
+        wv[j] = _mm512_cvtepi8_epi16(full ? _mm256_loadu_si256((const __m256i *)(w + j * K + k))
+                                          : _mm256_maskz_loadu_epi8(m, w + j * K + k));
+    for (int i = 0; i < mr; i++) {
+        const __m512i qv = _mm512_loadu_si512(q + i * ldq + k);
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], qv, wv[j]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+t16_row(const int16_t *q, int64_t ldq, const float *sx, const int8_t *w, int64_t K,
+        const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
+    __m512i acc[MR][4];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_si512();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        if ((k & 63) == 0) prefetch_next_tile(w, K, k, nr);
+        t16_step(acc, q, ldq, w, K, k, mr, nr, 1);
+    }
+    if (k < K) t16_step(acc, q, ldq, w, K, k, mr, nr, 0);
+    static const int32_t zero[4] = {0, 0, 0, 0};
+    for (int i = 0; i < mr; i++) v8_store(acc[i], zero, sx + i, sw, y + i * ldy, nr);
+}
+
+#define T16_CASE(a, b) t16_row(q, ldq, xs, w, K, sw, y, N, a, b)
+
+static void t16_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
+                     const float *sw, const float *bias, float *y, int mr, int nr, int64_t K,
+                     int64_t N) {
+    (void)bias;
+    switch (mr * 16 + nr) { CASES(T16_CASE) }
+}
+
+static void t16_gemm(const int16_t *q, int64_t ldq, const int8_t *w, const float *sx,
+                     const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    z_gemm(t16_rows, q, ldq, sx, 1, w, sw, NULL, y, M, N, K, nthreads);
 }

@@ -59,6 +59,10 @@ class Int8Linear(nn.Module):
         # set by a CPU backend whose kernel needs no per-call dispatch (kernels/native.py)
         self._fast_forward = None
         self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
+        # W8A16 activations on the native CPU kernels: "block" (16-bit block floating point,
+        # for layer inputs with outlier channels) or "token" (int16 with one scale per row:
+        # the int8 lm_head, whose input is the final norm's output; cpu_gemm.c npc_w8a16_tok)
+        self.act_rows = "block"
 
     def _apply(self, fn, recurse=True):
         if self.weight.numel() == 0:

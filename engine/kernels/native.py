@@ -148,6 +148,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_f32.restype = None
     lib.npc_decode_layers.argtypes = [_P, _P, _P, _I64, _P, _P, _P, _P, _INT]
     lib.npc_decode_layers.restype = _INT
+    lib.npc_w8a16_tok.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
+    lib.npc_w8a16_tok.restype = _INT
     lib.npc_int8_isa.argtypes = []
     lib.npc_int8_isa.restype = ctypes.c_char_p
 
@@ -232,6 +234,25 @@ def f32(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> t
     return y
 
 
+TOKEN_ROWS_MAX_K = 8192  # npc_w8a16_tok's int32 sums hold rows up to this long
+
+
+def w8a16_token_rows(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """W8A16 with int16 activations, one scale per row (max|x| / 16383): the int8 head's
+    product (Int8Linear.act_rows = "token"). fp32 (M, K) x int8 (N, K) -> fp32 (M, N)."""
+    x = x.contiguous()
+    m, k = x.shape
+    y = torch.empty(m, w.shape[0], dtype=torch.float32)
+    if m:
+        rc = library().npc_w8a16_tok(x.data_ptr(), w.data_ptr(), scale.data_ptr(), y.data_ptr(),
+                                     m, w.shape[0], k, torch.get_num_threads())
+        if rc == -2:
+            raise ValueError(f"{k} inputs: int16 rows take at most {TOKEN_ROWS_MAX_K}")
+        if rc:
+            raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
+    return y
+
+
 def w8a8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
          static_scale: float | None) -> torch.Tensor:
     """fp32 (M, K) activations quantized to int8 (per token, or with the static per-tensor
@@ -265,6 +286,14 @@ def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
         def call(x2, y, m):
             _check(fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), group,
                       y.data_ptr(), m, n, k, get_threads()), m, k, group)
+    elif mod.method == "w8a16" and getattr(mod, "act_rows", "block") == "token" \
+            and k <= TOKEN_ROWS_MAX_K:
+        fn = lib.npc_w8a16_tok
+
+        def call(x2, y, m):
+            if fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), y.data_ptr(), m, n, k,
+                  get_threads()):
+                raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
     elif mod.method == "w8a16":
         fn = lib.npc_w8a16
 
