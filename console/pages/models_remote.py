@@ -6,7 +6,7 @@ would fail. Every call to the server is a BackgroundJob over console/remote_jobs
 from __future__ import annotations
 
 from npu_console.console.jobs import BackgroundJob
-from npu_console.console.remote_jobs import NO_ADMIN, read_admin, remote_load, remote_unload
+from npu_console.console.remote_jobs import NO_ADMIN, remote_load, remote_unload
 from npu_console.console.widgets.basic import card, fmt_bytes, muted
 from npu_console.console.widgets.server_target import PickerOwner, ServerTarget
 from PySide6.QtCore import QObject
@@ -36,8 +36,6 @@ class RemoteModels(QObject, PickerOwner):
         self.ctx = page.ctx
         self.view = None  # the last AdminView read
         self.job: BackgroundJob | None = None  # a load or an unload on the server
-        self._read: BackgroundJob | None = None
-        self._gen = 0
         self.picker = ServerTarget(self.ctx, "This machine", "Server {}", page)
         self.picker.setToolTip("Whose models: this machine's engine or a connected server's")
         self.picker.target_changed.connect(self._target_changed)
@@ -113,24 +111,12 @@ class RemoteModels(QObject, PickerOwner):
 
     def refresh(self) -> BackgroundJob | None:
         """Read the server's admin listing again (off the GUI thread)."""
-        where = self.picker.where()
-        if where is None:
+        if self.picker.where() is None:
             return None
-        self._gen += 1
-        gen = self._gen
         self.notice.setText("Reading the server's model folders…")
-        job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
-        job.finished.connect(lambda view: gen == self._gen and self._show_view(view))
-        job.failed.connect(lambda msg: gen == self._gen and self._show_failure(msg))
-        self._read = job.start()
-        return job
-
-    def reading(self) -> bool:
-        return self._read is not None and self._read.running()
+        return self.read_admin_view(self._show_view, self._show_failure)
 
     def _show_view(self, view) -> None:
-        if view.url != self.target():
-            return
         self.view = view
         p = self.page
         allowed = view.allowed

@@ -11,7 +11,6 @@ from npu_console.console.jobs import BackgroundJob
 from npu_console.console.remote_jobs import (
     NO_ADMIN,
     out_name,
-    read_admin,
     remote_load,
     remote_quantize,
     result_summary,
@@ -33,8 +32,6 @@ class RemoteQuant(QObject, PickerOwner):
         self.view = None  # the last AdminView read
         self.problem = ""  # why the server's models cannot be quantized now
         self.result: dict | None = None  # the last remote job's result
-        self._gen = 0
-        self._read: BackgroundJob | None = None
         self._load: BackgroundJob | None = None
         self.picker = ServerTarget(self.ctx, "Run on this machine", "Run on {}", page)
         self.picker.setToolTip("Where the quantization runs: this machine, or a connected "
@@ -80,24 +77,10 @@ class RemoteQuant(QObject, PickerOwner):
 
     # ------------------------------------------------------------------ the server's models
     def refresh(self) -> BackgroundJob | None:
-        where = self.picker.where()
-        if where is None:
-            return None
-        self._gen += 1
-        gen = self._gen
-        job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
-        job.finished.connect(lambda view: gen == self._gen and self._show_view(view))
-        job.failed.connect(lambda msg: gen == self._gen and self._show_problem(
-            f"⚠ Cannot read the server: {msg}"))
-        self._read = job.start()
-        return job
-
-    def reading(self) -> bool:
-        return self._read is not None and self._read.running()
+        return self.read_admin_view(
+            self._show_view, lambda msg: self._show_problem(f"⚠ Cannot read the server: {msg}"))
 
     def _show_view(self, view) -> None:
-        if view.url != self.target():
-            return
         self.view = view
         if not view.allowed:
             self._show_problem(NO_ADMIN)

@@ -5,7 +5,11 @@ While its page is on show, show_focus() puts the server's engine and model in th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from npu_console.console.engines import LOCAL
+from npu_console.console.jobs import BackgroundJob
+from npu_console.console.remote_jobs import AdminView, read_admin
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox
 
@@ -66,10 +70,33 @@ class ServerTarget(QComboBox):
 
 
 class PickerOwner:
-    """For the objects that aim a page at a server through their `picker` (a ServerTarget):
-    the page asks them, they ask the picker."""
+    """For the objects (QObjects) that aim a page at a server through their `picker` (a
+    ServerTarget): the page asks them, they ask the picker. They read the server's admin view
+    through read_admin_view() and say whether a read is on with reading()."""
 
     picker: ServerTarget
+    _read: BackgroundJob | None = None
+    _gen = 0  # which read_admin_view call is the latest: an earlier one's answer is stale
+
+    def read_admin_view(self, on_view: Callable[[AdminView], object],
+                        on_failure: Callable[[str], object]) -> BackgroundJob | None:
+        """Read the targeted server's AdminView off the GUI thread (None for this machine or a
+        server gone). Only the latest read answers: on_view(view) while its server is still
+        the target, on_failure(message) when the read failed."""
+        where = self.picker.where()
+        if where is None:
+            return None
+        self._gen += 1
+        gen = self._gen
+        job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
+        job.finished.connect(lambda view: gen == self._gen and view.url == self.target()
+                             and on_view(view))
+        job.failed.connect(lambda msg: gen == self._gen and on_failure(msg))
+        self._read = job.start()
+        return job
+
+    def reading(self) -> bool:
+        return self._read is not None and self._read.running()
 
     def target(self) -> str:
         return self.picker.target()
