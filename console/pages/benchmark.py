@@ -33,7 +33,7 @@ from npu_console.console.pages.bench_store import (
 )
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.bars import BarChart, radio_style
-from npu_console.console.widgets.basic import card, card_title, muted, page_title
+from npu_console.console.widgets.basic import card, card_title, muted, page_title, spin
 from npu_console.console.widgets.bench_target import ServingTarget
 from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt
@@ -42,7 +42,6 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -51,7 +50,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QRadioButton,
-    QSpinBox,
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
@@ -178,12 +176,8 @@ class BenchmarkPage(Page):
             brow.addWidget(c)
         brow.addStretch(1)
         form.addRow("Batch sizes", brow)
-        self.input_len = QSpinBox()
-        self.input_len.setRange(1, 8192)
-        self.input_len.setValue(128)
-        self.output_len = QSpinBox()
-        self.output_len.setRange(2, 8192)
-        self.output_len.setValue(128)
+        self.input_len = spin(1, 8192, 128)
+        self.output_len = spin(2, 8192, 128)
         form.addRow("Prompt tokens", self.input_len)
         form.addRow("New tokens", self.output_len)
         note = muted("Runs on a separate copy of the model, greedy, fixed lengths.")
@@ -210,12 +204,8 @@ class BenchmarkPage(Page):
         mg = QButtonGroup(w)
         mg.addButton(self.mode_conc)
         mg.addButton(self.mode_rate)
-        self.concurrency = QSpinBox()
-        self.concurrency.setRange(1, 1024)
-        self.concurrency.setValue(4)
-        self.rate = QDoubleSpinBox()
-        self.rate.setRange(0.1, 1000.0)
-        self.rate.setValue(2.0)
+        self.concurrency = spin(1, 1024, 4)
+        self.rate = spin(0.1, 1000.0, 2.0)
         lrow.addWidget(self.mode_conc)
         lrow.addWidget(self.concurrency, 1)
         rrow = QHBoxLayout()
@@ -223,33 +213,23 @@ class BenchmarkPage(Page):
         rrow.addWidget(self.rate, 1)
         form.addRow("Load", lrow)
         form.addRow("", rrow)
-        self.num_prompts = QSpinBox()
-        self.num_prompts.setRange(1, 100000)
-        self.num_prompts.setValue(32)
+        self.num_prompts = spin(1, 100000, 32)
         form.addRow("Requests", self.num_prompts)
         srow = QHBoxLayout()
-        self.s_input = QSpinBox()
-        self.s_input.setRange(1, 8192)
-        self.s_input.setValue(64)
-        self.s_output = QSpinBox()
-        self.s_output.setRange(1, 8192)
-        self.s_output.setValue(64)
+        self.s_input = spin(1, 8192, 64)
+        self.s_output = spin(1, 8192, 64)
         srow.addWidget(self.s_input)
         srow.addWidget(muted("prompt +"))
         srow.addWidget(self.s_output)
         srow.addWidget(muted("new tokens"))
         form.addRow("Lengths", srow)
         grow = QHBoxLayout()
-        self.slo_ttft = QSpinBox()
-        self.slo_tpot = QSpinBox()
+        self.slo_ttft = spin(0, 600000, 1000, " ms")
+        self.slo_tpot = spin(0, 600000, 200, " ms")
         for box, label in ((self.slo_ttft, "TTFT ≤"), (self.slo_tpot, "TPOT ≤")):
-            box.setRange(0, 600000)
-            box.setSuffix(" ms")
             box.setSpecialValueText("off")
             grow.addWidget(muted(label))
             grow.addWidget(box)
-        self.slo_ttft.setValue(1000)
-        self.slo_tpot.setValue(200)
         form.addRow("Goodput SLO", grow)
         return w
 

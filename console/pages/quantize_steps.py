@@ -8,7 +8,7 @@ from pathlib import Path
 
 from npu_console.console.quant_runs import METHOD_LABELS, PRESET_LABELS
 from npu_console.console.widgets.bars import BarChart
-from npu_console.console.widgets.basic import card, muted
+from npu_console.console.widgets.basic import card, muted, spin
 from npu_console.console.widgets.job_progress import JobProgress
 from npu_console.engine.quant.head import HEAD_MODES, head_mode, recommended
 from PySide6.QtCore import Qt, Signal
@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -24,7 +23,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QRadioButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -147,10 +145,7 @@ class MethodStep(QWidget):
         self.method_buttons["w8a8-dynamic"].setChecked(True)
         sq = QHBoxLayout()
         self.sq_check = QCheckBox("SmoothQuant, α")
-        self.sq_alpha = QDoubleSpinBox()
-        self.sq_alpha.setRange(0.0, 1.0)
-        self.sq_alpha.setSingleStep(0.05)
-        self.sq_alpha.setValue(0.5)
+        self.sq_alpha = spin(0.0, 1.0, 0.5, step=0.05)
         sq.addWidget(self.sq_check)
         sq.addWidget(self.sq_alpha)
         sq.addStretch(1)
@@ -299,12 +294,8 @@ class CalibStep(QWidget):
         frow.addWidget(self.calib_browse)
         lay.addLayout(frow)
         form = QFormLayout()
-        self.samples = QSpinBox()
-        self.samples.setRange(1, 4096)
-        self.samples.setValue(64)
-        self.seq_len = QSpinBox()
-        self.seq_len.setRange(8, 8192)
-        self.seq_len.setValue(256)
+        self.samples = spin(1, 4096, 64)
+        self.seq_len = spin(8, 8192, 256)
         form.addRow("Samples", self.samples)
         form.addRow("Tokens per sample", self.seq_len)
         lay.addLayout(form)
@@ -366,11 +357,7 @@ class SensitivityStep(QWidget):
         text.setWordWrap(True)
         lv.addWidget(text)
         form = QFormLayout()
-        self.budget = QDoubleSpinBox()
-        self.budget.setRange(0.0, 100.0)
-        self.budget.setDecimals(1)
-        self.budget.setSuffix(" % perplexity")
-        self.budget.setValue(2.0)
+        self.budget = spin(0.0, 100.0, 2.0, " % perplexity", decimals=1)
         self.budget.valueChanged.connect(self.changed)
         form.addRow("Quality budget", self.budget)
         self.fit_check = QCheckBox("Keep sensitive layers float to meet the budget")

@@ -1,4 +1,4 @@
-"""Small themed building blocks: badge, banner, status lamp, labelled bar, card frame."""
+"""Small themed building blocks: badge, banner, status lamp, labelled bar, card frame, spin box."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from npu_console.console.theme import current_theme, repolish
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
+    QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QSpinBox,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -151,6 +153,25 @@ def titled_card(title: str, margins: tuple[int, int, int, int] = (16, 12, 16, 12
     lay.setContentsMargins(*margins)
     lay.addWidget(card_title(title))
     return frame, lay
+
+
+def spin(lo: float, hi: float, value: float, suffix: str = "", tip: str = "",
+         step: float | None = None, decimals: int | None = None) -> QSpinBox | QDoubleSpinBox:
+    """A spin box from lo to hi showing value: a QDoubleSpinBox when lo, hi or value is a
+    float, else a QSpinBox. The range is set before the value, which it would clamp."""
+    double = any(isinstance(v, float) for v in (lo, hi, value))
+    box = QDoubleSpinBox() if double else QSpinBox()
+    if decimals is not None:
+        box.setDecimals(decimals)
+    box.setRange(lo, hi)
+    if step is not None:
+        box.setSingleStep(step)
+    if suffix:
+        box.setSuffix(suffix)
+    if tip:
+        box.setToolTip(tip)
+    box.setValue(value)
+    return box
 
 
 def muted(text: str = "", parent=None) -> QLabel:
