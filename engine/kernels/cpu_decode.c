@@ -340,3 +340,9 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
     free(q16);
     return 0;
 }
+
+/* The final norm of a decode step (the runner's last op before the head), exported so that it
+ * runs here instead of as six PyTorch ops (~0.2 ms of a ~8 ms batch-1 step on SmolLM2). */
+void npc_rmsnorm(const float *x, const float *w, float eps, float *out, int64_t rows, int64_t n) {
+    rmsnorm(x, w, eps, out, rows, n);
+}

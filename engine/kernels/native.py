@@ -150,6 +150,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_decode_layers.restype = _INT
     lib.npc_w8a16_tok.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16_tok.restype = _INT
+    lib.npc_rmsnorm.argtypes = [_P, _P, ctypes.c_float, _P, _I64, _I64]
+    lib.npc_rmsnorm.restype = None
     lib.npc_int8_isa.argtypes = []
     lib.npc_int8_isa.restype = ctypes.c_char_p
 

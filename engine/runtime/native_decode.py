@@ -121,6 +121,8 @@ class DecodePlan:
     layers: Any  # ctypes array of _Layer
     keep: list  # the tensors the descriptors point into, kept alive with them
     fn: Any
+    norm: tuple[int, float]  # the final norm's (weight pointer, eps)
+    norm_fn: Any
 
     def run(self, h: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor) -> None:
@@ -134,6 +136,13 @@ class DecodePlan:
         if self.fn(ctypes.byref(self.model), self.layers, h.data_ptr(), m, slots_t.data_ptr(),
                    pos_t.data_ptr(), cos.data_ptr(), sin.data_ptr(), torch.get_num_threads()):
             raise MemoryError(f"decode step scratch for {m} rows")
+
+    def final_norm(self, h: torch.Tensor) -> torch.Tensor:
+        """The model's final RMSNorm of h [M, hidden] (fp32, contiguous), as a new tensor."""
+        out = torch.empty_like(h)
+        self.norm_fn(h.data_ptr(), self.norm[0], self.norm[1], out.data_ptr(), h.shape[0],
+                     h.shape[1])
+        return out
 
 
 def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
@@ -198,4 +207,5 @@ def _build(runner: Any, lib: Any) -> DecodePlan:
         d.vc = runner.kv.v[li].data_ptr()
     model = _Model(hidden, nh, kvh, hd, inter, runner.max_len, eps, qk_eps or 0.0,
                    float(runner.scaling), len(runner.layers))
-    return DecodePlan(model, layers, keep, lib.npc_decode_layers)
+    norm = _norm(runner.inner.norm, hidden, keep)
+    return DecodePlan(model, layers, keep, lib.npc_decode_layers, norm, lib.npc_rmsnorm)

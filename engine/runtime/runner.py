@@ -295,7 +295,7 @@ class BatchedRunner:
         h = self.inner.embed_tokens(ids_t).contiguous()  # [N, H] float32
         cos, sin = self.inner.rotary_emb(h[None], pos_t[None])
         self.decode_plan.run(h, slot_t, pos_t, cos[0], sin[0])
-        return self._head(self.inner.norm(h)).float()
+        return self._head(self.decode_plan.final_norm(h)).float()
 
 
 class FallbackRunner:
