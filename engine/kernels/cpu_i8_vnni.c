@@ -13,6 +13,10 @@
  * bit for bit, including the final fp32 multiplies, which run in the same order. */
 
 #define V8 64 /* bytes per 512-bit vector */
+/* Up to this many activation rows stream the weights once, front to back (v8_row): 1-4 rows
+ * with 4 weight rows at a time, 5-8 with 2 (16 accumulators either way). More rows go through
+ * tiles. */
+#define V8_ROW_M 8
 
 static inline __attribute__((always_inline)) __mmask64 v8_tail(int64_t left) {
     return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
@@ -75,7 +79,7 @@ v8_store(const __m512i *acc, const int32_t *corr, const float *sx, const float *
 static inline __attribute__((always_inline)) void
 v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *sx,
        const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
-    __m512i acc[MR][4], ws[4];
+    __m512i acc[V8_ROW_M][4], ws[4];
     for (int j = 0; j < nr; j++) {
         ws[j] = _mm512_setzero_si512();
         for (int i = 0; i < mr; i++) acc[i][j] = _mm512_setzero_si512();
@@ -95,7 +99,13 @@ v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *
 
 static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const float *sx,
                     const float *sw, float *y, int mr, int nr, int64_t K, int64_t N) {
-    switch (mr * 16 + nr) { CASES(V8_ROW_CASE) }
+    switch (mr * 16 + nr) {
+        CASES(V8_ROW_CASE)
+    case 0x51: V8_ROW_CASE(5, 1); break; case 0x52: V8_ROW_CASE(5, 2); break;
+    case 0x61: V8_ROW_CASE(6, 1); break; case 0x62: V8_ROW_CASE(6, 2); break;
+    case 0x71: V8_ROW_CASE(7, 1); break; case 0x72: V8_ROW_CASE(7, 2); break;
+    case 0x81: V8_ROW_CASE(8, 1); break; case 0x82: V8_ROW_CASE(8, 2); break;
+    }
 }
 
 /* More rows: mr x nr tiles. The first block of activation rows of a tile reads the weight
@@ -176,13 +186,14 @@ static void quantize_rows_u8(const float *x, int64_t M, int64_t K, int per_token
 /* y[M, N] = (u - 128)[M, K] W^T with both scales; u from quantize_rows_u8 */
 static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float *sx,
                     const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
-    if (M <= ROW_MAX_M) {
+    if (M <= V8_ROW_M) {
+        const int64_t step = M <= 4 ? 4 : 2;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
         {
             const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
             const int64_t n1 = N * (t + 1) / nt;
-            for (int64_t n = N * t / nt; n < n1; n += 4) {
-                const int nn = (int)(n1 - n < 4 ? n1 - n : 4);
+            for (int64_t n = N * t / nt; n < n1; n += step) {
+                const int nn = (int)(n1 - n < step ? n1 - n : step);
                 v8_rows(u, ldu, w + n * K, sx, sw + n, y + n, (int)M, nn, K, N);
             }
         }
