@@ -219,9 +219,11 @@ def test_int8_paths_agree_with_the_avx2_build(tmp_path):
             own = native.w8a8(x, w, s, static)
             avx2 = torch.empty(m, n)
             assert lib.npc_w8a8_f32(x.data_ptr(), int(static is None), static or 0.0,
-                                    w.data_ptr(), s.data_ptr(), avx2.data_ptr(), m, n, k,
+                                    w.data_ptr(), None, s.data_ptr(), avx2.data_ptr(), m, n, k,
                                     torch.get_num_threads()) == 0
             assert torch.equal(own, avx2), (m, n, k, static)
+            # the weight sums handed in (as bound layers do) or summed by the kernel: the same
+            assert torch.equal(native.w8a8(x, w, s, static, native.weight_sums(w)), own)
             sx = qmath.per_token_scale(x) if static is None else torch.tensor(static)
             acc = qmath.quantize_act(x, sx).double() @ w.double().t()
             got = own.double() / (sx.double().reshape(-1, 1) * s.double())

@@ -27,6 +27,7 @@ typedef struct {
     const float *scale; /* int8: per-output-channel scales [n], or per group (above) */
     const float *bias;  /* [n] or NULL */
     int64_t n, k;
+    const int32_t *wsum; /* W8A8: sum_k w[n, k] per row [n] (the VNNI product's correction) */
 } npc_linear_t;
 
 typedef struct {
@@ -95,8 +96,8 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         const int64_t ldu = v8_ld(K);
         if (!fits)
             quantize_rows_u8(x, M, K, L->per_token, L->static_scale, (uint8_t *)s->q, ldu, s->sx);
-        v8_gemm((const uint8_t *)s->q, ldu, (const int8_t *)L->w, s->sx, L->scale, y, M, N, K,
-                nthreads);
+        v8_gemm((const uint8_t *)s->q, ldu, (const int8_t *)L->w, L->wsum, s->sx, L->scale, y, M,
+                N, K, nthreads);
         add_bias(y, L->bias, M, N);
         return;
 #endif

@@ -719,9 +719,12 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
 const char *npc_int8_isa(void) { return NPC_VNNI ? "avx512-vnni" : "avx2"; }
 
 /* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
- * rows, then the integer product. Returns 0, or -1 when the scratch rows cannot be allocated. */
+ * rows, then the integer product. wsum: sum_k w[n, k] per weight row (int32 [N]), which the
+ * VNNI product needs; NULL: it sums them itself. Returns 0, or -1 when the scratch rows cannot
+ * be allocated. */
 int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t *w,
-                 const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+                 const int32_t *wsum, const float *sw, float *y, int64_t M, int64_t N,
+                 int64_t K, int nthreads) {
 #if NPC_VNNI
     const int64_t ldu = v8_ld(K);
     uint8_t *u = (uint8_t *)malloc((size_t)(M * ldu));
@@ -732,10 +735,12 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
         return -1;
     }
     quantize_rows_u8(x, M, K, per_token, static_scale, u, ldu, su);
-    v8_gemm(u, ldu, w, su, sw, y, M, N, K, nthreads);
+    v8_gemm(u, ldu, w, wsum, su, sw, y, M, N, K, nthreads);
     free(u);
     free(su);
     return 0;
+#else
+    (void)wsum; /* the int16 path needs no correction */
 #endif
     const int64_t ldq = (K + 15) / 16 * 16;
     int16_t *q = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));

@@ -74,11 +74,14 @@ v8_store(const __m512i *acc, const int32_t *corr, const float *sx, const float *
         y[j] = (float)(_mm512_reduce_add_epi32(acc[j]) - corr[j]) * *sx * sw[j];
 }
 
-/* Few activation rows (decode): nr weight rows at a time, front to back, one pass over them:
- * each row's sum for the correction comes from the same loads (vpdpbusd against all-ones). */
+/* Few activation rows (decode): nr weight rows at a time, front to back, one pass over them.
+ * Each row's sum for the correction is the caller's (wsum, summed once when the layer was
+ * bound) or, with wsum NULL, comes from the same loads (vpdpbusd against all-ones); OWN_WS is
+ * that choice as a constant. */
 static inline __attribute__((always_inline)) void
-v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *sx,
-       const float *sw, float *y, int64_t ldy, const int mr, const int nr) {
+v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, const int32_t *wsum, int64_t K,
+       const float *sx, const float *sw, float *y, int64_t ldy, const int mr, const int nr,
+       const int own_ws) {
     __m512i acc[V8_ROW_M][4], ws[4];
     for (int j = 0; j < nr; j++) {
         ws[j] = _mm512_setzero_si512();
@@ -87,24 +90,34 @@ v8_row(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, const float *
     int64_t k = 0;
     for (; k + V8 <= K; k += V8) {
         prefetch_next_tile(w, K, k, nr);
-        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, 1, 1);
+        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, own_ws, 1);
     }
-    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, 1, 0);
+    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, own_ws, 0);
     int32_t corr[4] = {0, 0, 0, 0};
-    for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(ws[j]);
+    for (int j = 0; j < nr; j++)
+        corr[j] = 128 * (own_ws ? _mm512_reduce_add_epi32(ws[j]) : wsum[j]);
     for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
 }
 
-#define V8_ROW_CASE(a, b) v8_row(xu, ldu, w, K, sx, sw, y, N, a, b)
+#define V8_ROW_CASE(a, b) v8_row(xu, ldu, w, wsum, K, sx, sw, y, N, a, b, OWN_WS)
+#define V8_ROW_CASES                                                                      \
+    switch (mr * 16 + nr) {                                                               \
+        CASES(V8_ROW_CASE)                                                                \
+    case 0x51: V8_ROW_CASE(5, 1); break; case 0x52: V8_ROW_CASE(5, 2); break;             \
+    case 0x61: V8_ROW_CASE(6, 1); break; case 0x62: V8_ROW_CASE(6, 2); break;             \
+    case 0x71: V8_ROW_CASE(7, 1); break; case 0x72: V8_ROW_CASE(7, 2); break;             \
+    case 0x81: V8_ROW_CASE(8, 1); break; case 0x82: V8_ROW_CASE(8, 2); break;             \
+    }
 
-static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const float *sx,
-                    const float *sw, float *y, int mr, int nr, int64_t K, int64_t N) {
-    switch (mr * 16 + nr) {
-        CASES(V8_ROW_CASE)
-    case 0x51: V8_ROW_CASE(5, 1); break; case 0x52: V8_ROW_CASE(5, 2); break;
-    case 0x61: V8_ROW_CASE(6, 1); break; case 0x62: V8_ROW_CASE(6, 2); break;
-    case 0x71: V8_ROW_CASE(7, 1); break; case 0x72: V8_ROW_CASE(7, 2); break;
-    case 0x81: V8_ROW_CASE(8, 1); break; case 0x82: V8_ROW_CASE(8, 2); break;
+static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const int32_t *wsum,
+                    const float *sx, const float *sw, float *y, int mr, int nr, int64_t K,
+                    int64_t N) {
+    if (wsum) {
+        enum { OWN_WS = 0 };
+        V8_ROW_CASES
+    } else {
+        enum { OWN_WS = 1 };
+        V8_ROW_CASES
     }
 }
 
@@ -183,9 +196,11 @@ static void quantize_rows_u8(const float *x, int64_t M, int64_t K, int per_token
     }
 }
 
-/* y[M, N] = (u - 128)[M, K] W^T with both scales; u from quantize_rows_u8 */
-static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float *sx,
-                    const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+/* y[M, N] = (u - 128)[M, K] W^T with both scales; u from quantize_rows_u8; wsum: the weight
+ * rows' sums (int32 [N]) or NULL to take them from the weight loads */
+static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const int32_t *wsum,
+                    const float *sx, const float *sw, float *y, int64_t M, int64_t N, int64_t K,
+                    int nthreads) {
     if (M <= V8_ROW_M) {
         const int64_t step = M <= 4 ? 4 : 2;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -194,7 +209,8 @@ static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float 
             const int64_t n1 = N * (t + 1) / nt;
             for (int64_t n = N * t / nt; n < n1; n += step) {
                 const int nn = (int)(n1 - n < step ? n1 - n : step);
-                v8_rows(u, ldu, w + n * K, sx, sw + n, y + n, (int)M, nn, K, N);
+                v8_rows(u, ldu, w + n * K, wsum ? wsum + n : NULL, sx, sw + n, y + n, (int)M,
+                        nn, K, N);
             }
         }
         return;
@@ -209,10 +225,12 @@ static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const float 
             const int64_t n0 = t * 4;
             const int nn = (int)(N - n0 < 4 ? N - n0 : 4);
             int32_t corr[4] = {0, 0, 0, 0};
+            if (wsum)
+                for (int j = 0; j < nn; j++) corr[j] = 128 * wsum[n0 + j];
             for (int64_t m0 = b0; m0 < b1; m0 += MR)
                 v8_tiles(u + m0 * ldu, ldu, w + n0 * K, corr, sx + m0, sw + n0,
                          y + m0 * N + n0, (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N,
-                         m0 == b0);
+                         m0 == b0 && !wsum);
         }
     }
 }

@@ -142,7 +142,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_w8a16.restype = _INT
     lib.npc_w8a16_grouped.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16_grouped.restype = _INT
-    lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _I64, _I64, _I64, _INT]
+    lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _P, _I64, _I64, _I64,
+                                 _INT]
     lib.npc_w8a8_f32.restype = _INT
     lib.npc_f32.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_f32.restype = None
@@ -255,19 +256,25 @@ def w8a16_token_rows(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> t
     return y
 
 
+def weight_sums(w: torch.Tensor) -> torch.Tensor:
+    """sum_k w[n, k] of an int8 (N, K) weight, int32 [N]: the VNNI W8A8 product's correction
+    (cpu_i8_vnni.c), summed once when a layer is bound instead of in every call."""
+    return w.sum(1, dtype=torch.int32).contiguous()
+
+
 def w8a8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-         static_scale: float | None) -> torch.Tensor:
+         static_scale: float | None, wsum: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 (M, K) activations quantized to int8 (per token, or with the static per-tensor
     scale) times int8 (N, K) with fp32 per-channel scales -> fp32 (M, N); exact integer
-    accumulation."""
+    accumulation. wsum: weight_sums(w), or None for the kernel to sum them itself."""
     x = x.contiguous()
     m, k = x.shape
     y = torch.empty(m, w.shape[0], dtype=torch.float32)
     per_token = static_scale is None
     if m and library().npc_w8a8_f32(
             x.data_ptr(), int(per_token), 0.0 if per_token else float(static_scale),
-            w.data_ptr(), w_scale.data_ptr(), y.data_ptr(), m, w.shape[0], k,
-            torch.get_num_threads()):
+            w.data_ptr(), None if wsum is None else wsum.data_ptr(), w_scale.data_ptr(),
+            y.data_ptr(), m, w.shape[0], k, torch.get_num_threads()):
         raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
     return y
 
@@ -307,10 +314,11 @@ def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
         fn = lib.npc_w8a8_f32
         per_token = int(static_scale is None)
         static = 0.0 if static_scale is None else float(static_scale)
+        wsum = weight_sums(mod.weight)  # the layer's weight is fixed once bound
 
         def call(x2, y, m):
-            if fn(x2.data_ptr(), per_token, static, mod.weight.data_ptr(), scale.data_ptr(),
-                  y.data_ptr(), m, n, k, get_threads()):
+            if fn(x2.data_ptr(), per_token, static, mod.weight.data_ptr(), wsum.data_ptr(),
+                  scale.data_ptr(), y.data_ptr(), m, n, k, get_threads()):
                 raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
 
     def forward(x: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ class _Linear(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("per_token", ctypes.c_int32),
                 ("static_scale", ctypes.c_float), ("group", ctypes.c_int32),
                 ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-                ("n", ctypes.c_int64), ("k", ctypes.c_int64)]
+                ("n", ctypes.c_int64), ("k", ctypes.c_int64), ("wsum", ctypes.c_void_p)]
 
 
 class _Layer(ctypes.Structure):
@@ -97,8 +97,10 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     if mod.method == "w8a16":
         return _Linear(W8A16, 0, 0.0, group, _ptr(w), _ptr(scale), _ptr(bias), n, k)
     static = mod.method == "w8a8-static"
+    wsum = native.weight_sums(w)
+    keep.append(wsum)
     return _Linear(W8A8, 0 if static else 1, float(mod.input_scale.item()) if static else 0.0,
-                   0, _ptr(w), _ptr(scale), _ptr(bias), n, k)
+                   0, _ptr(w), _ptr(scale), _ptr(bias), n, k, _ptr(wsum))
 
 
 def _norm(mod: Any, size: int, keep: list) -> tuple[int, float]:
