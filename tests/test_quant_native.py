@@ -270,3 +270,9 @@ def test_token_rows_refuse_rows_their_sums_cannot_hold():
     q.act_rows = "token"
     y = q(x)
     assert torch.allclose(y, native.w8a16(x, q.weight, q.weight_scale), rtol=1e-6, atol=1e-6)
+
+
+@needs_native
+def test_weight_sums_are_each_rows_int8_sum():
+    _, w, _ = _case(7, 37, 1000, seed=9)
+    assert torch.equal(native.weight_sums(w), w.sum(1, dtype=torch.int32))

@@ -714,6 +714,17 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
     return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
 }
 
+/* sum_k w[n, k] of each row of an int8 (N, K) weight (native.weight_sums), without the int32
+ * copy of the whole weight that torch's sum(dtype=int32) makes */
+void npc_int8_row_sums(const int8_t *w, int64_t N, int64_t K, int32_t *out) {
+    for (int64_t n = 0; n < N; n++) {
+        const int8_t *r = w + n * K;
+        int32_t s = 0;
+        for (int64_t k = 0; k < K; k++) s += r[k];
+        out[n] = s;
+    }
+}
+
 /* Which instructions this build's int8 products use (doctor and /v1/models name them):
  * "avx512-vnni" for W8A8 and per-channel W8A16, else "avx2". */
 const char *npc_int8_isa(void) { return NPC_VNNI ? "avx512-vnni" : "avx2"; }

@@ -127,7 +127,10 @@ static void v8_rows(const uint8_t *xu, int64_t ldu, const int8_t *w, const int32
 static inline __attribute__((always_inline)) void
 v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, int32_t *corr,
         const float *sx, const float *sw, float *y, int64_t ldy, const int mr, const int nr,
-        const int first) {
+        const int mode) {
+    /* mode 0: a later block (rows in L1, sums known); 1: the first block, prefetching the next
+     * tile and summing the weights; 2: the first block with the sums given */
+    const int first = mode != 0, own_ws = mode == 1;
     __m512i acc[MR][4], ws[4];
     for (int j = 0; j < nr; j++) {
         ws[j] = _mm512_setzero_si512();
@@ -136,10 +139,10 @@ v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, int32_t *cor
     int64_t k = 0;
     for (; k + V8 <= K; k += V8) {
         if (first) prefetch_next_tile(w, K, k, nr);
-        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, first, 1);
+        v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, own_ws, 1);
     }
-    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, first, 0);
-    if (first)
+    if (k < K) v8_step(acc, ws, xu, ldu, w, K, k, mr, nr, own_ws, 0);
+    if (own_ws)
         for (int j = 0; j < nr; j++) corr[j] = 128 * _mm512_reduce_add_epi32(ws[j]);
     for (int i = 0; i < mr; i++) v8_store(acc[i], corr, sx + i, sw, y + i * ldy, nr);
 }
@@ -148,9 +151,12 @@ v8_tile(const uint8_t *xu, int64_t ldu, const int8_t *w, int64_t K, int32_t *cor
 
 static void v8_tiles(const uint8_t *xu, int64_t ldu, const int8_t *w, int32_t *corr,
                      const float *sx, const float *sw, float *y, int mr, int nr, int64_t K,
-                     int64_t N, int first) {
-    if (first) {
+                     int64_t N, int mode) {
+    if (mode == 1) {
         enum { F = 1 };
+        switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
+    } else if (mode == 2) {
+        enum { F = 2 };
         switch (mr * 16 + nr) { CASES(V8_TILE_CASE) }
     } else {
         enum { F = 0 };
@@ -230,7 +236,7 @@ static void v8_gemm(const uint8_t *u, int64_t ldu, const int8_t *w, const int32_
             for (int64_t m0 = b0; m0 < b1; m0 += MR)
                 v8_tiles(u + m0 * ldu, ldu, w + n0 * K, corr, sx + m0, sw + n0,
                          y + m0 * N + n0, (int)(b1 - m0 < MR ? b1 - m0 : MR), nn, K, N,
-                         m0 == b0 && !wsum);
+                         m0 == b0 ? (wsum ? 2 : 1) : 0);
         }
     }
 }

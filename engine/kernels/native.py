@@ -151,6 +151,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_decode_layers.restype = _INT
     lib.npc_w8a16_tok.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16_tok.restype = _INT
+    lib.npc_int8_row_sums.argtypes = [_P, _I64, _I64, _P]
+    lib.npc_int8_row_sums.restype = None
     lib.npc_rmsnorm.argtypes = [_P, _P, ctypes.c_float, _P, _I64, _I64]
     lib.npc_rmsnorm.restype = None
     lib.npc_int8_isa.argtypes = []
@@ -259,7 +261,10 @@ def w8a16_token_rows(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> t
 def weight_sums(w: torch.Tensor) -> torch.Tensor:
     """sum_k w[n, k] of an int8 (N, K) weight, int32 [N]: the VNNI W8A8 product's correction
     (cpu_i8_vnni.c), summed once when a layer is bound instead of in every call."""
-    return w.sum(1, dtype=torch.int32).contiguous()
+    w = w.contiguous()
+    out = torch.empty(w.shape[0], dtype=torch.int32)
+    library().npc_int8_row_sums(w.data_ptr(), w.shape[0], w.shape[1], out.data_ptr())
+    return out
 
 
 def w8a8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
