@@ -264,7 +264,8 @@ class QuantizePage(Page):
                                     "roots).")
             return
         if path is None:
-            step.calib_info.setText("16 samples of 128 tokens, sampled from the model after BOS "
+            step.calib_info.setText("16 samples of 128 tokens (256 for w8a8-static), sampled "
+                                    "from the model after BOS "
                                     "and a few neutral chat prompts: text in the model's own "
                                     "language and format, never the evaluation text.")
             return

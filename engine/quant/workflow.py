@@ -392,12 +392,12 @@ def _plain(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, texts: list[str]
 
 def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
           cancel: threading.Event) -> dict:
-    from npu_console.engine.quant.auto import calibration_samples, run_auto
+    from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
 
     ev.enter("calibrate", "preparing calibration samples")
     samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,
                                           req.samples, req.seq_len, loaded.files_dir, ev.step,
-                                          cancel)
+                                          cancel, self_tokens=self_tokens_for(cfg.method))
     ev.check()
     res = run_auto(loaded.model, loaded.tokenizer, cfg, samples, source, req.budget_pct,
                    req.eval_file, progress=ev.step, cancel=cancel)
