@@ -143,3 +143,23 @@ def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window
     assert SMOLLM_GGUF.stem not in [m.name for m in window.ctx.engine_host.models()]
     entries = [p for p in (tmp_path / "gguf").iterdir() if not p.name.endswith(".header.json")]
     assert entries == []  # the child was killed and its half-written folder removed
+
+
+def test_the_row_tooltip_names_the_int8_kernels():
+    """An INT8 variant's row says which instructions run its int8 products (native-avx512-vnni
+    on a VNNI CPU, native-avx2 elsewhere, fbgemm without the native kernels)."""
+    import dataclasses
+
+    from npu_console.console.pages.models import kernels_tip
+    from npu_console.engine.runtime.types import ModelInfo
+
+    base = ModelInfo(name="m", path="/m", architecture="LlamaForCausalLM", dtype="float32",
+                     quantization=None, device="cpu", max_context=8, num_parameters=1,
+                     weight_bytes=1, kv_bytes=1, path_kind="batched", created=0.0,
+                     decode_step="native")
+    assert kernels_tip(base) == "batched runner; decode steps: one native call for all layers"
+    q = dataclasses.replace(base, quantization="w8a8-dynamic", int8_kernels="native-avx512-vnni")
+    assert kernels_tip(q).endswith("; int8 products on native-avx512-vnni")
+    torch_q = dataclasses.replace(q, decode_step="torch", int8_kernels="fbgemm")
+    assert kernels_tip(torch_q) == ("batched runner; float decode products on PyTorch; "
+                                    "int8 products on fbgemm")

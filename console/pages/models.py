@@ -367,11 +367,7 @@ class ModelsPage(Page):
             values = (m.name, m.architecture, m.dtype, m.quantization or "float", m.device,
                       f"{m.num_parameters / 1e6:,.2f} M", fmt_bytes(m.weight_bytes),
                       fmt_bytes(m.kv_bytes))
-            if m.decode_step == "native":
-                tip = f"{m.path_kind} runner; decode steps: one native call for all layers"
-            else:
-                kernels = "the native AVX2 kernel" if m.linear_kernels == "native" else "PyTorch"
-                tip = f"{m.path_kind} runner; float decode products on {kernels}"
+            tip = kernels_tip(m)
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(tip)
@@ -389,3 +385,15 @@ class ModelsPage(Page):
     def activated(self) -> None:
         self.remote.show_focus()
         self.show_models(self.ctx.engine_host.models())
+
+
+def kernels_tip(m) -> str:
+    """What runs a loaded variant's decode steps and int8 products, for its row's tooltip."""
+    if m.decode_step == "native":
+        tip = f"{m.path_kind} runner; decode steps: one native call for all layers"
+    else:
+        kernels = "the native AVX2 kernel" if m.linear_kernels == "native" else "PyTorch"
+        tip = f"{m.path_kind} runner; float decode products on {kernels}"
+    if m.int8_kernels:
+        tip += f"; int8 products on {m.int8_kernels}"
+    return tip

@@ -248,7 +248,8 @@ class ModelInfo:
     # what runs steps made only of decode rows: "native" (every layer in one call,
     # engine.runtime.native_decode) or "torch" (the runner's PyTorch loop)
     decode_step: str = "torch"
-    # what runs the int8 layers, e.g. "native" or "fbgemm" (several joined by "+"); "" if none
+    # what runs the int8 layers, e.g. "native-avx512-vnni", "native-avx2" or "fbgemm" (several
+    # joined by "+"); "" if none
     int8_kernels: str = ""
     # the system prompt the chat template adds when a conversation has none (shown, editable)
     default_system_prompt: str | None = None
