@@ -266,3 +266,29 @@ def test_wizard_quantization_on_the_server_writes_an_output_it_lists(window, ser
     assert not rs.save_btn.isEnabled() and rs.load_btn.isEnabled()
     page.remote.select(None)
     assert not page.model_step.folder_btn.isHidden()
+
+
+def test_a_read_that_fails_after_the_page_went_back_to_this_machine_is_ignored(window, servers,
+                                                                                qtbot):
+    """The server read answers on the GUI thread later; if the page was aimed back at this
+    machine meanwhile, its failure must not be shown (nor empty the local lists)."""
+    url = servers["admin"]
+    page = _models_page(window, qtbot, url)
+    conn = window.ctx.remote.engines.get(url)
+    failures, views = [], []
+    key = conn.engine.api_key
+    conn.engine.api_key = "not-the-key"  # the read is refused: 401
+    try:
+        job = page.remote.read_admin_view(views.append, failures.append)
+        page.remote.select(None)  # before the GUI thread can see the answer
+        qtbot.waitUntil(lambda: not job.running(), timeout=30_000)
+        qtbot.wait(200)
+        assert failures == [] and views == []
+        page.remote.select(url)  # aimed at the server, the same failure is shown
+        qtbot.waitUntil(lambda: not page.remote.reading(), timeout=30_000)
+        job = page.remote.read_admin_view(views.append, failures.append)
+        qtbot.waitUntil(lambda: bool(failures), timeout=30_000)
+        assert views == []
+    finally:
+        conn.engine.api_key = key
+        page.remote.select(None)

@@ -82,16 +82,21 @@ class PickerOwner:
                         on_failure: Callable[[str], object]) -> BackgroundJob | None:
         """Read the targeted server's AdminView off the GUI thread (None for this machine or a
         server gone). Only the latest read answers: on_view(view) while its server is still
-        the target, on_failure(message) when the read failed."""
+        the target, on_failure(message) when the read failed and its server is still the
+        target."""
         where = self.picker.where()
         if where is None:
             return None
         self._gen += 1
         gen = self._gen
+        url = self.target()
         job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
         job.finished.connect(lambda view: gen == self._gen and view.url == self.target()
                              and on_view(view))
-        job.failed.connect(lambda msg: gen == self._gen and on_failure(msg))
+        # a failure, too, only speaks for the server still picked: aimed back at this machine
+        # meanwhile, the page must not show "cannot read the server" or empty its local lists
+        job.failed.connect(lambda msg: gen == self._gen and url == self.target()
+                           and on_failure(msg))
         self._read = job.start()
         return job
 
