@@ -70,3 +70,25 @@ def test_finish_event_without_tokens_has_no_ttft():
     fin = finish_event(seq, "m", "cancelled", None)
     assert fin.timings.ttft_s is None and fin.timings.e2e_s >= 0
     assert fin.usage.completion_tokens == 0
+
+
+def test_a_stream_waiting_for_its_tick_wakes_when_the_request_finishes():
+    """wait_finish (what a stream on the 20 ms grid sleeps with): a finish pushed from the
+    engine thread ends the wait at once, so the last chunk and the usage never wait for the
+    next tick; without a finish it is a plain sleep; after a finish it does not wait at all."""
+    import asyncio
+
+    handle = LocalRequestHandle("w", "m", lambda _rid: None)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await handle.wait_finish(0.05)  # nothing happens: sleeps its time
+        slept = loop.time() - t0
+        threading.Timer(0.05, lambda: handle._abandon("error", "engine stopped")).start()
+        await asyncio.wait_for(handle.wait_finish(60.0), 30.0)  # woken, not timed out
+        await asyncio.wait_for(handle.wait_finish(60.0), 1.0)  # already finished
+        return slept
+
+    assert asyncio.run(scenario()) >= 0.04
+    assert handle.done and not handle._finish_waiters

@@ -179,3 +179,26 @@ def test_overflowing_temperature_fails_only_its_row():
     assert set(errs) == {1} and "not finite" in errs[1]
     assert toks[0] == int(logits[0].argmax()) and toks[2] is not None and toks[1] is None
     assert not math.isnan(float(toks[2]))
+
+
+def test_repetition_penalty_of_a_batch_equals_each_row_alone_as_its_sequence_grows():
+    """The batched penalty (one gather / scatter for every row, the seen ids kept on each
+    sequence and grown step by step) gives each row what the penalty alone would: positive
+    logits of seen tokens divided, negative ones multiplied, other tokens untouched."""
+    g = torch.Generator().manual_seed(0)
+    params = [SamplingParams(temperature=0, repetition_penalty=p) for p in (1.3, 1.0, 2.0)]
+    seqs = seqs_for(*params, outputs=[[5], [], [7, 7]])
+    for step in range(3):
+        logits = torch.randn(3, 50, generator=g)
+        expect = logits.clone()
+        for r, seq in enumerate(seqs):
+            pen = seq.params.repetition_penalty
+            for t in {t for t in seq.prompt_ids + seq.output_ids if 0 <= t < 50}:
+                v = expect[r, t]
+                expect[r, t] = v / pen if v > 0 else v * pen
+        toks, errs = sample(logits.clone(), seqs)
+        assert not errs and toks == expect.argmax(-1).tolist()
+        from npu_console.engine.runtime.sampler import _apply_penalties
+        assert torch.equal(_apply_penalties(logits.clone(), seqs), expect)
+        for seq, t in zip(seqs, (3 + step, 60, 7)):  # 60 is outside the vocabulary
+            seq.output_ids.append(t)

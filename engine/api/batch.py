@@ -114,8 +114,11 @@ class Batch:
             return min_interval > 0 and last is not None and loop.time() - last < min_interval
 
         tasks: list[asyncio.Future] = []
+        hold = asyncio.sleep
         if len(self.handles) == 1:
             take_first, take_rest = self._handle_takers(self.handles[0])
+            # until the tick, unless the request finishes first: its last chunk goes at once
+            hold = getattr(self.handles[0], "wait_finish", asyncio.sleep)
         else:
             queue, tasks = self._pump_all()
             take_first, take_rest = self._queue_takers(queue)
@@ -124,14 +127,14 @@ class Batch:
             while len(self.finished) < len(self.handles):
                 group = []
                 if recent(last):  # tokens are flowing: gather until the next tick
-                    await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
+                    await hold(max(0.0, next_tick(last) - loop.time()))
                     group = take_rest()
                 if not group:
                     group = await self._before_deadline(take_first())
                     if not group:  # a handle ended without its FinishEvent reaching us
                         return
                     if recent(last) and not any(isinstance(ev, FinishEvent) for _, ev in group):
-                        await asyncio.sleep(max(0.0, next_tick(last) - loop.time()))
+                        await hold(max(0.0, next_tick(last) - loop.time()))
                         group += take_rest()
                 if last is None:
                     # the first token goes out alone even when the next ones were already

@@ -102,6 +102,7 @@ class LocalRequestHandle(_Waiters):
         self._reasoning: list[str] = []
         self._ids: list[int] = []
         self._callbacks: list[Callable[[list[Event]], None]] = []
+        self._finish_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     # ---------------------------------------------------------------- producer (engine thread)
     def _push(self, events: list[Event]) -> None:
@@ -117,6 +118,13 @@ class LocalRequestHandle(_Waiters):
             self._buf.extend(events)
             callbacks = list(self._callbacks)
             self._wake()
+            if self._finish is not None:
+                finish_waiters, self._finish_waiters = self._finish_waiters, []
+                for loop, fut in finish_waiters:
+                    try:
+                        loop.call_soon_threadsafe(_resolve, fut)
+                    except RuntimeError:  # loop closed: its consumer is gone
+                        pass
         for cb in callbacks:
             try:
                 cb(events)
@@ -181,6 +189,25 @@ class LocalRequestHandle(_Waiters):
                 fut = loop.create_future()
                 self._async.append((loop, fut))
             await fut
+
+    async def wait_finish(self, timeout: float) -> None:
+        """Sleep `timeout` seconds on the running loop, or less if the request finishes
+        first. A stream that writes on a time grid waits with this, so that its last chunk
+        (which a client's next request waits for) never waits for the grid's next tick."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._cond:
+            if self._finish is not None:
+                return
+            self._finish_waiters.append((loop, fut))
+        timer = loop.call_later(timeout, _resolve, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            with self._cond:
+                if (loop, fut) in self._finish_waiters:
+                    self._finish_waiters.remove((loop, fut))
 
     async def _aiter(self) -> AsyncIterator[Event]:
         while True:

@@ -31,18 +31,41 @@ def generator_for(seq: Sequence) -> torch.Generator:
     return gen
 
 
+def _seen_ids(seq: Sequence, vocab: int) -> list[int]:
+    """The distinct ids (in the vocabulary) of the sequence's prompt and output so far, kept on
+    the sequence and grown by the tokens added since the last step: rebuilding the set from
+    every token each step cost more than the rest of sampling on long contexts."""
+    cache = seq.extra.get("seen_ids")
+    if cache is None:
+        cache = seq.extra["seen_ids"] = (set(), [], [0, 0])
+    seen, order, done = cache
+    for part, src in ((0, seq.prompt_ids), (1, seq.output_ids)):
+        for t in src[done[part]:]:
+            if 0 <= t < vocab and t not in seen:
+                seen.add(t)
+                order.append(t)
+        done[part] = len(src)
+    return order
+
+
 def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     vocab = logits.shape[-1]
+    # repetition penalty (HF semantics over prompt + output: shrink positive logits, push
+    # negative ones down), every row at once: one gather and one scatter for the batch
+    rows = [r for r, seq in enumerate(seqs) if seq.params.repetition_penalty != 1.0]
+    if rows:
+        ids = [_seen_ids(seqs[r], vocab) for r in rows]
+        counts = torch.tensor([len(i) for i in ids])
+        tok = torch.tensor([t for i in ids for t in i], dtype=torch.long)
+        if len(tok):
+            row = torch.repeat_interleave(torch.tensor(rows), counts)
+            pen = torch.repeat_interleave(
+                torch.tensor([seqs[r].params.repetition_penalty for r in rows],
+                             dtype=logits.dtype), counts)
+            vals = logits[row, tok]
+            logits[row, tok] = torch.where(vals > 0, vals / pen, vals * pen)
     for r, seq in enumerate(seqs):
         p = seq.params
-        if p.repetition_penalty != 1.0:
-            # HF semantics over prompt + output: shrink positive logits, push negative ones down
-            seen = torch.tensor(sorted({t for t in seq.token_ids if 0 <= t < vocab}),
-                                dtype=torch.long)
-            if len(seen):
-                vals = logits[r, seen]
-                logits[r, seen] = torch.where(vals > 0, vals / p.repetition_penalty,
-                                              vals * p.repetition_penalty)
         if (p.presence_penalty or p.frequency_penalty) and seq.output_ids:
             # OpenAI semantics over generated tokens only
             out = torch.tensor([t for t in seq.output_ids if 0 <= t < vocab], dtype=torch.long)

@@ -37,7 +37,16 @@ def _default_model() -> Path:
 
 
 def run_in_process(engine, concurrency: int, requests: int, max_tokens: int) -> dict:
-    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams, TokenEvent
+    from npu_console.engine.runtime.types import (
+        MODEL_DEFAULT_FIELDS,
+        GenerationRequest,
+        SamplingParams,
+        TokenEvent,
+    )
+
+    # the same request as the HTTP body: what it leaves unset takes the model's own defaults
+    # (generation_config.json: the demo model's repetition_penalty 1.2), as the server does
+    unset = tuple(f for f in MODEL_DEFAULT_FIELDS if f != "temperature")
 
     async def worker(w: int) -> int:
         tokens = 0
@@ -45,7 +54,7 @@ def run_in_process(engine, concurrency: int, requests: int, max_tokens: int) -> 
             h = engine.submit(GenerationRequest(
                 prompt=PROMPTS[(w + i) % len(PROMPTS)],
                 params=SamplingParams(max_tokens=max_tokens, temperature=0.8, seed=w * 1000 + i,
-                                      ignore_eos=True)))
+                                      ignore_eos=True, model_defaults=unset)))
             async for ev in h:
                 if not isinstance(ev, TokenEvent):
                     tokens += ev.usage.completion_tokens
