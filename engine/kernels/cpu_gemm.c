@@ -233,41 +233,52 @@ static inline float hmax_ps(__m256 v) {
 /* Vectorized, with the scalar loop's exact results: max is order-free, and each value is
  * divided (not multiplied by a reciprocal) and rounded half to even as the scalar tail does.
  * A scalar version of this was a tenth of a W8A8 pass at 8 rows. */
+/* A row's scale: max|x| / qmax (at least 1e-8) when per_token, else the static one */
+static inline float row_scale(const float *xr, int64_t K, int per_token, float static_scale,
+                              float qmax) {
+    if (!per_token) return static_scale;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 vmax = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)  /* a NaN input is skipped, as fmaxf skips it */
+        vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
+    float amax = hmax_ps(vmax);
+    for (; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+    const float s = amax / qmax;
+    return s < 1e-8f ? 1e-8f : s;
+}
+
+/* round-half-even(x / s) clamped to +-qmax, for 8 values (vs = s, hi = qmax, lo = -qmax) and
+ * for one */
+static inline __m256i round_clamp8(const float *x, __m256 vs, __m256 lo, __m256 hi) {
+    const __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x), vs),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+}
+
+static inline int round_clamp1(float x, float s, float qmax) {
+    const float v = nearbyintf(x / s);
+    return (int)(v > qmax ? qmax : (v < -qmax ? -qmax : v));
+}
+
 static void quantize_rows_to(const float *x, int64_t M, int64_t K, int per_token,
                              float static_scale, float qmax, int16_t *q, int64_t ldq,
                              float *sx) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(qmax),
-                 lo = _mm256_set1_ps(-qmax);
+    const __m256 hi = _mm256_set1_ps(qmax), lo = _mm256_set1_ps(-qmax);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
-        float s = static_scale;
-        if (per_token) {
-            __m256 vmax = _mm256_setzero_ps();
-            int64_t k = 0;
-            for (; k + 8 <= K; k += 8)  /* a NaN input is skipped, as fmaxf skips it */
-                vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
-            float amax = hmax_ps(vmax);
-            for (; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
-            s = amax / qmax;
-            if (s < 1e-8f) s = 1e-8f;
-        }
+        const float s = row_scale(xr, K, per_token, static_scale, qmax);
         sx[m] = s;
         int16_t *qr = q + m * ldq;
         const __m256 vs = _mm256_set1_ps(s);
         int64_t k = 0;
         for (; k + 8 <= K; k += 8) {
-            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xr + k), vs),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            const __m256i i = round_clamp8(xr + k, vs, lo, hi);
             _mm_storeu_si128((__m128i *)(qr + k),
                              _mm_packs_epi32(_mm256_castsi256_si128(i),
                                              _mm256_extracti128_si256(i, 1)));
         }
-        for (; k < K; k++) {
-            float v = nearbyintf(xr[k] / s);
-            v = v > qmax ? qmax : (v < -qmax ? -qmax : v);
-            qr[k] = (int16_t)v;
-        }
+        for (; k < K; k++) qr[k] = (int16_t)round_clamp1(xr[k], s, qmax);
         for (k = K; k < ldq; k++) qr[k] = 0;
     }
 }

@@ -167,38 +167,20 @@ static void v8_tiles(const uint8_t *xu, int64_t ldu, const int8_t *w, int32_t *c
 /* Activation rows as q + 128 in u8 (quantize_rows' values and scales), ldu >= K bytes apart */
 static void quantize_rows_u8(const float *x, int64_t M, int64_t K, int per_token,
                              float static_scale, uint8_t *u, int64_t ldu, float *sx) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f),
-                 lo = _mm256_set1_ps(-127.0f);
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     const __m256i bias = _mm256_set1_epi32(128);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
-        float s = static_scale;
-        if (per_token) {
-            __m256 vmax = _mm256_setzero_ps();
-            int64_t k = 0;
-            for (; k + 8 <= K; k += 8)
-                vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
-            float amax = hmax_ps(vmax);
-            for (; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
-            s = amax / 127.0f;
-            if (s < 1e-8f) s = 1e-8f;
-        }
+        const float s = row_scale(xr, K, per_token, static_scale, 127.0f);
         sx[m] = s;
         uint8_t *ur = u + m * ldu;
         const __m256 vs = _mm256_set1_ps(s);
         int64_t k = 0;
-        for (; k + 8 <= K; k += 8) {
-            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xr + k), vs),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m256i i = _mm256_add_epi32(
-                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), bias);
-            _mm_storel_epi64((__m128i *)(ur + k), _mm256_cvtepi32_epi8(i));
-        }
-        for (; k < K; k++) {
-            float v = nearbyintf(xr[k] / s);
-            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-            ur[k] = (uint8_t)((int)v + 128);
-        }
+        for (; k + 8 <= K; k += 8)
+            _mm_storel_epi64((__m128i *)(ur + k),
+                             _mm256_cvtepi32_epi8(
+                                 _mm256_add_epi32(round_clamp8(xr + k, vs, lo, hi), bias)));
+        for (; k < K; k++) ur[k] = (uint8_t)(round_clamp1(xr[k], s, 127.0f) + 128);
     }
 }
 
