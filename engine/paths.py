@@ -12,6 +12,8 @@ DEMO_MODEL_DIR = ASSETS_DIR / "models" / "demo"
 # a second tiny model that thinks in <think> blocks before it answers (engine.demo.train_think)
 THINK_MODEL_DIR = ASSETS_DIR / "models" / "demo-think"
 CALIB_DIR = ASSETS_DIR / "calib"
+# held-out evaluation texts: no recipe is chosen on them (assets/eval/README.md)
+EVAL_DIR = ASSETS_DIR / "eval"
 
 
 def state_dir() -> Path:

@@ -29,6 +29,17 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _has_chat_records(path: str) -> bool:
+    """Whether a .jsonl holds {"messages": ...} records (read once the tokenizer is loaded)."""
+    if not str(path).lower().endswith(".jsonl"):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            return any('"messages"' in line for line in f)
+    except (OSError, UnicodeDecodeError):
+        return False  # the real read reports it
+
+
 def run(args) -> int:
     from npu_console.engine.cli.common import load_for_cli
     from npu_console.engine.cli.errors import CliError
@@ -37,17 +48,24 @@ def run(args) -> int:
 
     if args.per_document and args.window:
         raise CliError("--per-document and --window are two different methods; choose one")
-    try:
-        whole, docs = em.read_eval_text(args.data)
-    except QuantError as exc:
-        raise CliError(str(exc).replace("calibration file", "data file")) from None
-    except OSError as exc:
-        raise CliError(f"{args.data}: cannot read: {exc.strerror or exc}") from None
+    def read(tokenizer):
+        try:
+            return em.read_eval_text(args.data, tokenizer)
+        except QuantError as exc:
+            raise CliError(str(exc).replace("calibration file", "data file")) from None
+        except OSError as exc:
+            raise CliError(f"{args.data}: cannot read: {exc.strerror or exc}") from None
+
     ctx = args.window or args.ctx or em.DEFAULT_CTX
     if ctx < 4:
         raise CliError("--ctx must be at least 4")
     method = "documents" if args.per_document else ("sliding" if args.window else "chunks")
+    chat = _has_chat_records(args.data)
+    if not chat:
+        whole, docs = read(None)  # a bad file fails before the model loads
     loaded = load_for_cli(args, quiet=args.json)
+    if chat:  # conversations need the model's chat template
+        whole, docs = read(loaded.tokenizer)
     try:
         if method == "sliding":
             res = em.sliding(loaded.model, loaded.tokenizer, docs, ctx, stride=args.stride,

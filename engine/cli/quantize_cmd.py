@@ -51,6 +51,10 @@ def register(sub) -> None:
     p.add_argument("--eval-data", default=None, metavar="FILE",
                    help="held-out text: --budget and the JSON's perplexity_change_pct are "
                         "measured on it, and the report's perplexity (default: calibration text)")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="quantize N times with the self-generated calibration drawn from seeds "
+                        "0..N-1 and report each seed's perplexity change on --eval-data, their "
+                        "mean, worst and spread (the checkpoint written is seed 0's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -93,7 +97,8 @@ def run(args) -> int:
                           calib_file=args.calib, samples=args.samples, seq_len=args.seq_len,
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
                           int8_head=args.int8_head, recipe=args.recipe,
-                          budget_pct=args.budget, eval_file=args.eval_data, report=args.report)
+                          budget_pct=args.budget, eval_file=args.eval_data, report=args.report,
+                          seeds=args.seeds)
     cancel = threading.Event()
     try:
         result = run_workflow(req, on_event=_StderrProgress(), cancel=cancel)
@@ -127,6 +132,11 @@ def _print_recipe(result) -> None:
     if result.perplexity_change_pct is not None:
         print(f"perplexity {result.float_perplexity:.4f} -> {result.quant_perplexity:.4f} "
               f"({result.perplexity_change_pct:+.2f} %)", file=sys.stderr)
+    seeds = result.seeds_dict().get("seeds")
+    if seeds:
+        print(f"over {len(seeds['runs'])} calibration seeds: mean {seeds['mean_pct']:+.2f} %, "
+              f"worst {seeds['worst_pct']:+.2f} %, spread {seeds['spread_pct']:.2f} points",
+              file=sys.stderr)
     budget = result.budget
     if budget is not None and not budget.get("met"):
         print(f"budget of {budget['budget_pct']:g} % not met: {budget.get('why', '')}",

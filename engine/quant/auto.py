@@ -63,14 +63,15 @@ def calibration_samples(model: Any, tok: Any, calib_file: str | None, samples: i
                         seq_len: int, model_dir: str | Path | None,
                         progress: Progress | None, cancel: threading.Event | None,
                         self_samples: int = SELF_SAMPLES,
-                        self_tokens: int = SELF_TOKENS) -> tuple[list[torch.Tensor], str]:
+                        self_tokens: int = SELF_TOKENS,
+                        seed: int = 0) -> tuple[list[torch.Tensor], str]:
     if calib_file:
         texts = calib_mod.read_texts(calib_file)
         got = calib_mod.build_samples(tok, texts, samples, seq_len)
         return got, f"file {Path(calib_file).name}: {len(got)} windows of {seq_len} tokens"
     from npu_console.engine.quant.selfcalib import self_calibration
 
-    sc = self_calibration(model, tok, self_samples, self_tokens, model_dir=model_dir,
+    sc = self_calibration(model, tok, self_samples, self_tokens, seed=seed, model_dir=model_dir,
                           progress=progress, cancel=cancel)
     return sc.samples, sc.description + (" (cached)" if sc.cached else "")
 
@@ -81,7 +82,7 @@ def eval_measure(tok: Any, eval_file: str | None, samples: list[torch.Tensor]):
     if eval_file:
         from npu_console.engine.quant import eval_methods as em
 
-        whole, docs = em.read_eval_text(eval_file)
+        whole, docs = em.read_eval_text(eval_file, tok)
 
         def on_text(m: Any) -> float:
             return em.evaluate_texts(m, tok, docs, "chunks", EVAL_CTX, whole=whole,

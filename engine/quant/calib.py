@@ -26,8 +26,24 @@ def shipped_calibration_file() -> Path:
     return CALIB_DIR / "calibration.txt"
 
 
-def read_texts(path: str | Path | None = None) -> list[str]:
-    """Documents from a .txt (blank-line separated paragraphs) or .jsonl ({"text": ...} per line).
+def _chat_text(tokenizer: Any, messages: Any, where: str) -> str:
+    """A {"messages": [...]} record as the model reads a conversation: its chat template."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise QuantError(f"{where}: a chat record needs the model's chat template, and this "
+                         "model has none (use {\"text\": ...} records)")
+    if not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str) for m in messages)):
+        raise QuantError(f'{where}: "messages" must be a list of {{"role", "content"}} objects')
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False)
+    except Exception as e:  # noqa: BLE001 - a template that refuses these roles
+        raise QuantError(f"{where}: the chat template refused this conversation: {e}") from None
+
+
+def read_texts(path: str | Path | None = None, tokenizer: Any = None) -> list[str]:
+    """Documents from a .txt (blank-line separated paragraphs) or .jsonl ({"text": ...} per
+    line, or {"messages": [...]} rendered through `tokenizer`'s chat template).
 
     None means the calibration set the project ships.
     """
@@ -49,8 +65,12 @@ def read_texts(path: str | Path | None = None) -> list[str]:
                 obj = json.loads(line)
             except json.JSONDecodeError:
                 raise QuantError(f"{p}:{i}: not a JSON object") from None
+            if isinstance(obj, dict) and "messages" in obj:
+                texts.append(_chat_text(tokenizer, obj["messages"], f"{p}:{i}"))
+                continue
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise QuantError(f'{p}:{i}: expected an object with a "text" string field')
+                raise QuantError(f'{p}:{i}: expected an object with a "text" string field '
+                                 'or a "messages" list')
             if obj["text"].strip():
                 texts.append(obj["text"])
     else:

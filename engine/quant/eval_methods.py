@@ -54,12 +54,13 @@ def adds_bos(tokenizer: Any) -> bool:
     return bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
 
 
-def read_eval_text(path: str | Path) -> tuple[str, list[str]]:
+def read_eval_text(path: str | Path, tokenizer: Any = None) -> tuple[str, list[str]]:
     """The file as one text (what llama-perplexity reads) and as documents (.jsonl records,
-    or blank-line-separated paragraphs of a .txt)."""
+    conversations rendered through `tokenizer`'s chat template, or blank-line-separated
+    paragraphs of a .txt)."""
     from npu_console.engine.quant.calib import read_texts
 
-    docs = read_texts(path)
+    docs = read_texts(path, tokenizer)
     p = Path(path)
     whole = p.read_text(encoding="utf-8") if p.suffix.lower() != ".jsonl" else "\n\n".join(docs)
     return whole, docs

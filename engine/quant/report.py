@@ -149,7 +149,7 @@ def compare(float_dir: str, quant_dirs: list[str], spec: EvalSpec = EvalSpec(),
         docs = read_texts(None)
         whole = "\n\n".join(docs)
     else:
-        whole, docs = em.read_eval_text(spec.data)
+        whole, docs = em.read_eval_text(spec.data, tok)
     ids = em.text_token_ids(tok, docs)[:spec.max_tokens]
     if len(ids) < 64:
         raise QuantError(f"evaluation text {Path(spec.data or 'calibration.txt').name} is too "

@@ -93,6 +93,10 @@ class QuantizeRequest:
     eval_file: str | None = None  # held-out text for the budget and perplexity_change_pct
     evaluate: EvalSpec | None = None  # measure float vs the written checkpoint
     report: str | None = None  # write the comparison as REPORT.md and REPORT.json
+    # quantize this many times, with the self-generated calibration drawn from seeds 0..N-1,
+    # and report each seed's perplexity change on eval_file with their mean, worst and spread;
+    # the checkpoint written is seed 0's (the default's)
+    seeds: int = 1
 
     def config(self) -> QuantConfig:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
@@ -137,6 +141,7 @@ class QuantizeResult:
     head: HeadDecision | None = None  # int8 head or not, and why
     head_cost: HeadCost | None = None  # the int8 head alone, when it is int8 and evaluated
     report_files: list[str] = field(default_factory=list)
+    seed_runs: list[dict] = field(default_factory=list)  # with seeds > 1: one per seed
     model: Any = None  # the quantized model, only when out_dir is None
 
     @property
@@ -155,7 +160,15 @@ class QuantizeResult:
                 "kept_float": self.kept_float, "float_perplexity": self.float_perplexity,
                 "quant_perplexity": self.quant_perplexity,
                 "perplexity_change_pct": self.perplexity_change_pct, "budget": self.budget,
-                **self.info.to_dict(), **self.head_dict()}
+                **self.seeds_dict(), **self.info.to_dict(), **self.head_dict()}
+
+    def seeds_dict(self) -> dict:
+        """With --seeds N: each seed's perplexity change, their mean, worst and spread."""
+        if not self.seed_runs:
+            return {}
+        changes = [r["perplexity_change_pct"] for r in self.seed_runs]
+        return {"seeds": {"runs": self.seed_runs, "mean_pct": sum(changes) / len(changes),
+                          "worst_pct": max(changes), "spread_pct": max(changes) - min(changes)}}
 
     def head_dict(self) -> dict:
         """int8_head (bool), int8_head_reason, the head's share and, when measured, what the
@@ -285,6 +298,11 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
             raise QuantError(f"file not found: {extra}")
     if req.evaluation() is not None:
         req.evaluation().check()
+    if req.seeds < 1:
+        raise QuantError("--seeds must be at least 1")
+    if req.seeds > 1 and (req.recipe != "auto" or req.calib_file or not req.eval_file):
+        raise QuantError("--seeds N draws the self-generated calibration N times: it needs the "
+                         "auto recipe, no --calib, and --eval-data to score each seed on")
     return cfg
 
 
@@ -327,7 +345,7 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
                             kept_float=out.get("kept_float", {}),
                             float_perplexity=out.get("float_ppl"),
                             quant_perplexity=out.get("quant_ppl"), budget=out.get("budget"),
-                            head=head)
+                            head=head, seed_runs=out.get("seed_runs", []))
     if float_head is not None and out["info"].int8_head and (req.evaluation() or req.eval_file):
         result.head_cost = _head_cost(req, out["model"], float_head, loaded.tokenizer, ev,
                                       cancel)
@@ -392,19 +410,52 @@ def _plain(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, texts: list[str]
 
 def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
           cancel: threading.Event) -> dict:
-    from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
+    from npu_console.engine.quant.auto import run_auto
+
+    # the extra seeds first, each on a copy, while the float model is still float
+    seed_runs = [_auto_seed(req, cfg, loaded, ev, cancel, seed)
+                 for seed in range(1, req.seeds)]
+    samples, source = _calibration(req, cfg, loaded, ev, cancel, seed=0)
+    res = run_auto(loaded.model, loaded.tokenizer, cfg, samples, source, req.budget_pct,
+                   req.eval_file, progress=ev.step, cancel=cancel)
+    if seed_runs:
+        seed_runs.insert(0, _seed_row(0, res))
+    return {"info": res.info, "model": res.model, "calib_samples": res.calib_samples,
+            "calibration": source, "int8_weight_fraction": res.int8_weight_fraction,
+            "kept_float": res.kept_float, "float_ppl": res.float_ppl,
+            "quant_ppl": res.quant_ppl, "budget": res.budget, "seed_runs": seed_runs}
+
+
+def _calibration(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
+                 cancel: threading.Event, seed: int) -> tuple[list, str]:
+    from npu_console.engine.quant.auto import calibration_samples, self_tokens_for
 
     ev.enter("calibrate", "preparing calibration samples")
     samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,
                                           req.samples, req.seq_len, loaded.files_dir, ev.step,
-                                          cancel, self_tokens=self_tokens_for(cfg.method))
+                                          cancel, self_tokens=self_tokens_for(cfg.method),
+                                          seed=seed)
     ev.check()
-    res = run_auto(loaded.model, loaded.tokenizer, cfg, samples, source, req.budget_pct,
-                   req.eval_file, progress=ev.step, cancel=cancel)
-    return {"info": res.info, "model": res.model, "calib_samples": res.calib_samples,
-            "calibration": source, "int8_weight_fraction": res.int8_weight_fraction,
-            "kept_float": res.kept_float, "float_ppl": res.float_ppl,
-            "quant_ppl": res.quant_ppl, "budget": res.budget}
+    return samples, source
+
+
+def _auto_seed(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
+               cancel: threading.Event, seed: int) -> dict:
+    """One extra seed's quantization of a copy of the float model, scored on eval_file."""
+    import copy
+
+    from npu_console.engine.quant.auto import run_auto
+
+    samples, source = _calibration(req, cfg, loaded, ev, cancel, seed)
+    res = run_auto(copy.deepcopy(loaded.model), loaded.tokenizer, cfg, samples, source,
+                   req.budget_pct, req.eval_file, progress=ev.step, cancel=cancel)
+    return _seed_row(seed, res)
+
+
+def _seed_row(seed: int, res: Any) -> dict:
+    return {"seed": seed, "perplexity_change_pct": res.perplexity_change_pct,
+            "int8_weight_fraction": round(res.int8_weight_fraction, 4),
+            "kept_float": len(res.kept_float)}
 
 
 def _head_cost(req: QuantizeRequest, model: Any, float_head: Any, tok: Any,
@@ -416,7 +467,7 @@ def _head_cost(req: QuantizeRequest, model: Any, float_head: Any, tok: Any,
 
     ev.step("head cost", 0, 1)
     data = req.evaluation().data if req.evaluation() is not None else req.eval_file
-    docs = em.read_eval_text(data)[1] if data else calib_mod.read_texts(None)
+    docs = em.read_eval_text(data, tok)[1] if data else calib_mod.read_texts(None)
     ids = em.text_token_ids(tok, docs)[:1025]
     cost = measure_head_cost(model, float_head, ids, cancel=cancel)
     ev.step("head cost", 1, 1)
