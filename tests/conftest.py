@@ -57,3 +57,12 @@ def demo_model_dir() -> Path:
     if not (DEMO_MODEL_DIR / "config.json").exists():
         pytest.fail(f"demo model missing at {DEMO_MODEL_DIR}: run packaging/train_demo_model.sh")
     return DEMO_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf() -> Path:
+    from support.gguf import SMOLLM_GGUF
+
+    if not SMOLLM_GGUF.is_file():
+        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+    return SMOLLM_GGUF

@@ -162,7 +162,16 @@ class CpuBackend:
             return torch._weight_int8pack_mm(xb.contiguous(), padded, scale_bf16)
         return torch._weight_int8pack_mm(xb.contiguous(), mod.weight, scale_bf16)
 
+    def _w8a8_blocks(self, mod, x: torch.Tensor) -> torch.Tensor:
+        """Activations per block of 32 without the native kernels: the reference's rule in
+        float32 (slow, but the same semantics as the native product up to fp32 rounding)."""
+        q, s = qmath.block_quantize_act(x.float())
+        w = qmath.dequantize_weight(mod.weight, mod.weight_scale)
+        return qmath.block_dequantize_act(q, s) @ w.t()
+
     def _w8a8(self, mod, x: torch.Tensor) -> torch.Tensor:
+        if mod.act_rows == "block" and mod.method == "w8a8-dynamic":
+            return self._w8a8_blocks(mod, x)
         # one buffer holds every row the GEMM reads (the integer rows, then the pin row) and
         # the arithmetic runs in place: at decode sizes the int8 product itself takes ~40 us,
         # so each extra small op (a cat, a temporary) is a visible share of the layer

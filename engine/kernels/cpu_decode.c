@@ -16,7 +16,9 @@
  */
 #include "cpu_gemm.c"
 
-enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2 };
+/* NPC_W8A8_BLOCK: int8 activations with one scale per block of 32 (cpu_gemm.c blockint8_rows)
+ * on the W8A16 block product */
+enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2, NPC_W8A8_BLOCK = 3 };
 
 typedef struct {
     int32_t kind;      /* NPC_* */
@@ -65,7 +67,7 @@ static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
  * quantized them the same way (kind, and for W8A8 the activation scale rule). */
 static int scratch_fits(const i8_scratch_t *s, const npc_linear_t *L, int same_x) {
     return same_x && s->kind == L->kind && s->k == L->k &&
-           (L->kind == NPC_W8A16 ||
+           (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK ||
             (s->per_token == L->per_token && (L->per_token || s->static_scale == L->static_scale)));
 }
 
@@ -85,9 +87,10 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
     s->k = K;
     s->per_token = L->per_token;
     s->static_scale = L->static_scale;
-    if (L->kind == NPC_W8A16) {
+    if (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK) {
         const int64_t ldq = blockfloat_ld(K);
-        if (!fits) blockfloat_rows(x, M, K, s->q, ldq, s->sx);
+        if (!fits)
+            (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
                    K, nthreads);
     } else {

@@ -459,6 +459,37 @@ static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, in
     }
 }
 
+/* W8A8 with one activation scale per block of QB values, as llama.cpp's Q8_0 quantizes its
+ * activations: a block's scale is max|x| / 127 (at least 1e-8), each value
+ * round-half-even(x / scale) clamped to +-127 (row_scale / round_clamp8, the per-token rule
+ * applied to each block). The int8 values are carried as int16 in blockfloat_rows' layout, so
+ * the W8A16 block products (bf_row, and bw_row on VNNI) compute the layer: an outlier channel
+ * then coarsens only its own block of 32, not its whole row. */
+static void blockint8_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
+                           float *xs) {
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    const int64_t nb = ldq / QB;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + m * K + b * QB;
+            int16_t *qb = q + m * ldq + b * QB;
+            const int64_t n = K - b * QB < QB ? K - b * QB : QB;
+            const float s = row_scale(xb, n, 1, 0.0f, 127.0f);
+            xs[m * nb + b] = s;
+            const __m256 vs = _mm256_set1_ps(s);
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) {
+                const __m256i iv = round_clamp8(xb + i, vs, lo, hi);
+                _mm_storeu_si128((__m128i *)(qb + i),
+                                 _mm_packs_epi32(_mm256_castsi256_si128(iv),
+                                                 _mm256_extracti128_si256(iv, 1)));
+            }
+            for (; i < n; i++) qb[i] = (int16_t)round_clamp1(xb[i], s, 127.0f);
+            for (; i < QB; i++) qb[i] = 0;
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) __m256i widen16(const int8_t *w) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
 }
@@ -698,11 +729,15 @@ static void w8a16_rows(const int16_t *q, int64_t ldq, const float *xs, const int
     run(&g, w8a16_stream, w8a16_tile_at, 2, 2 * ldq, nthreads);
 }
 
-/* The whole W8A16 layer in one call: fp32 rows to block floating point, then the product.
- * Returns 0, -1 when the scratch rows cannot be allocated, -2 for a group size the kernels do
- * not take. */
-int npc_w8a16_grouped(const float *x, const int8_t *w, const float *scale, int64_t group,
-                      float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+typedef void (*block_rows_fn)(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
+                              float *xs);
+
+/* A block-scaled layer in one call: fp32 rows to blocks (rows_fn), then the W8A16 block
+ * product. Returns 0, -1 when the scratch rows cannot be allocated, -2 for a group size the
+ * kernels do not take. */
+static int block_layer(block_rows_fn rows_fn, const float *x, const int8_t *w,
+                       const float *scale, int64_t group, float *y, int64_t M, int64_t N,
+                       int64_t K, int nthreads) {
     if (!w8a16_group_ok(group, K)) return -2;
     const int64_t ldq = blockfloat_ld(K);
     int16_t *q = (int16_t *)malloc((size_t)(M * ldq + 1) * sizeof(int16_t));
@@ -712,17 +747,29 @@ int npc_w8a16_grouped(const float *x, const int8_t *w, const float *scale, int64
         free(xs);
         return -1;
     }
-    blockfloat_rows(x, M, K, q, ldq, xs);
+    rows_fn(x, M, K, q, ldq, xs);
     w8a16_rows(q, ldq, xs, w, scale, group, NULL, y, M, N, K, nthreads);
     free(q);
     free(xs);
     return 0;
 }
 
+/* The whole W8A16 layer in one call (16-bit block floating point activations) */
+int npc_w8a16_grouped(const float *x, const int8_t *w, const float *scale, int64_t group,
+                      float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+    return block_layer(blockfloat_rows, x, w, scale, group, y, M, N, K, nthreads);
+}
+
 /* per-channel scales (N,) */
 int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
               int64_t N, int64_t K, int nthreads) {
     return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
+}
+
+/* W8A8 with int8 activations per block of QB (blockint8_rows), per-channel weight scales */
+int npc_w8a8_block(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
+                   int64_t N, int64_t K, int nthreads) {
+    return block_layer(blockint8_rows, x, w, scale, 0, y, M, N, K, nthreads);
 }
 
 /* sum_k w[n, k] of each row of an int8 (N, K) weight (native.weight_sums), without the int32

@@ -59,10 +59,14 @@ class Int8Linear(nn.Module):
         # set by a CPU backend whose kernel needs no per-call dispatch (kernels/native.py)
         self._fast_forward = None
         self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
-        # W8A16 activations on the native CPU kernels: "block" (16-bit block floating point,
-        # for layer inputs with outlier channels) or "token" (int16 with one scale per row:
-        # the int8 lm_head, whose input is the final norm's output; cpu_gemm.c npc_w8a16_tok)
-        self.act_rows = "block"
+        # How activations are quantized. W8A16 on the native CPU kernels: "block" (16-bit
+        # block floating point, for layer inputs with outlier channels) or "token" (int16 with
+        # one scale per row: the int8 lm_head, whose input is the final norm's output;
+        # cpu_gemm.c npc_w8a16_tok). w8a8-dynamic: "token" (one int8 scale per row, what the
+        # NPU, CUDA and fbgemm kernels and the exports do) or "block" (one per 32 values, as
+        # llama.cpp's Q8_0: the reference and the native CPU kernels; an outlier channel then
+        # coarsens only its block). Static W8A8 has its one calibrated scale.
+        self.act_rows = "block" if method == "w8a16" else "token"
 
     def _apply(self, fn, recurse=True):
         if self.weight.numel() == 0:

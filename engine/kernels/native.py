@@ -140,6 +140,8 @@ def declare(lib: ctypes.CDLL) -> None:
     """The exported functions' signatures (also for a test's build with other flags)."""
     lib.npc_w8a16.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16.restype = _INT
+    lib.npc_w8a8_block.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64, _INT]
+    lib.npc_w8a8_block.restype = _INT
     lib.npc_w8a16_grouped.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16_grouped.restype = _INT
     lib.npc_w8a8_f32.argtypes = [_P, _INT, ctypes.c_float, _P, _P, _P, _P, _I64, _I64, _I64,
@@ -258,6 +260,19 @@ def w8a16_token_rows(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> t
     return y
 
 
+def w8a8_blocks(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """W8A8 with int8 activations per block of 32 values (Int8Linear.act_rows = "block";
+    qmath.block_quantize_act is its oracle) times int8 (N, K) with per-channel fp32 scales."""
+    x = x.contiguous()
+    m, k = x.shape
+    y = torch.empty(m, w.shape[0], dtype=torch.float32)
+    if m and library().npc_w8a8_block(x.data_ptr(), w.data_ptr(), scale.float().contiguous()
+                                      .data_ptr(), y.data_ptr(), m, w.shape[0], k,
+                                      torch.get_num_threads()):
+        raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
+    return y
+
+
 def weight_sums(w: torch.Tensor) -> torch.Tensor:
     """sum_k w[n, k] of an int8 (N, K) weight, int32 [N]: the VNNI W8A8 product's correction
     (cpu_i8_vnni.c), summed once when a layer is bound instead of in every call."""
@@ -308,8 +323,9 @@ def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
             if fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), y.data_ptr(), m, n, k,
                   get_threads()):
                 raise MemoryError(f"int8 layer scratch for {m} rows x {k}")
-    elif mod.method == "w8a16":
-        fn = lib.npc_w8a16
+    elif mod.method == "w8a16" or (mod.method == "w8a8-dynamic" and mod.act_rows == "block"):
+        # int16 block floating point, or int8 per block of 32: the same block product
+        fn = lib.npc_w8a16 if mod.method == "w8a16" else lib.npc_w8a8_block
 
         def call(x2, y, m):
             if fn(x2.data_ptr(), mod.weight.data_ptr(), scale.data_ptr(), y.data_ptr(), m, n, k,

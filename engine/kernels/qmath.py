@@ -45,6 +45,25 @@ def per_token_scale(x: torch.Tensor) -> torch.Tensor:
     return (x.detach().float().abs().amax(-1, keepdim=True) / QMAX).clamp_min(_TINY)
 
 
+ACT_BLOCK = 32  # activation values per scale when W8A8 quantizes activations in blocks
+
+
+def block_quantize_act(x: torch.Tensor, block: int = ACT_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, K) -> int8 values (as float, (M, K)) and fp32 scales (M, ceil(K / block)): each
+    block of `block` values of a row with its own per_token_scale, the rule the native
+    kernels apply (cpu_gemm.c blockint8_rows; a last partial block scales what it has)."""
+    m, k = x.shape
+    nb = -(-k // block)
+    xp = torch.nn.functional.pad(x.detach().float(), (0, nb * block - k)).view(m, nb, block)
+    s = per_token_scale(xp)  # (m, nb, 1): zero padding never raises a block's max
+    q = quantize_act(xp, s).view(m, nb * block)[:, :k]
+    return q, s.view(m, nb)
+
+
+def block_dequantize_act(q: torch.Tensor, s: torch.Tensor, block: int = ACT_BLOCK) -> torch.Tensor:
+    return q * s.repeat_interleave(block, dim=1)[:, :q.shape[1]]
+
+
 def quantize_act(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
     """Round-half-even and saturate, as int8 values carried in a float tensor."""
     return torch.round(x.float() / scale).clamp_(-QMAX, QMAX)

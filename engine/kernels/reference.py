@@ -19,6 +19,11 @@ class ReferenceBackend:
         w = mod.weight
         if mod.method == "w8a16":
             y = x.double() @ qmath.dequantize_weight(w, mod.weight_scale).double().t()
+        elif mod.method == "w8a8-dynamic" and mod.act_rows == "block":
+            # int8 activations per block of 32: each block's int32 sum times its scale
+            q, s = qmath.block_quantize_act(x)
+            xd = qmath.block_dequantize_act(q.double(), s.double())
+            y = (xd @ w.double().t()) * mod.weight_scale.double()
         else:
             sx = (mod.input_scale.double() if mod.method == "w8a8-static"
                   else qmath.per_token_scale(x).double())

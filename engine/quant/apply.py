@@ -88,8 +88,10 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
         group = 0 if name in fallback else config.group_size
         rounded = (recipe.rounded_weight(name, lin.weight, factors)
                    if recipe is not None and not group else None)
-        set_module(model, name, QuantLinear.from_linear(lin, config.method, group,
-                                                        input_scale, rounded))
+        qlin = QuantLinear.from_linear(lin, config.method, group, input_scale, rounded)
+        if config.act_blocks:
+            qlin.act_rows = "block"
+        set_module(model, name, qlin)
         if progress:
             progress("quantize", i + 1, total)
     head = quantize_head(model) if config.int8_head else None

@@ -120,7 +120,7 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
     if w8a8:
         alphas = (cfg.smoothquant,) if cfg.smoothquant is not None else None
         rec = recipe_mod.search(model, cfg.method, caps, alphas=alphas, progress=progress,
-                                cancel=cancel)
+                                cancel=cancel, act_blocks=cfg.act_blocks)
     else:
         rec = recipe_mod.Recipe(cfg.method)
     recipe_mod.link(rec, model, caps, grams=gptq)

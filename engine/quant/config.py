@@ -43,6 +43,10 @@ class QuantConfig:
     calib_samples: int = 64
     calib_seq_len: int = 256
     int8_head: bool = False
+    # w8a8-dynamic: activations quantized per block of 32 values (qmath.ACT_BLOCK) instead of
+    # per token, where the kernels can (the reference and the native CPU kernels; NPU, CUDA
+    # and the exported formats stay per token). The weights are the same either way.
+    act_blocks: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -57,6 +61,9 @@ class QuantConfig:
             raise QuantError("per-group weight scales are only supported for w8a16")
         if self.group_size < 0 or (self.group_size and self.group_size % 32):
             raise QuantError(f"group size must be a positive multiple of 32, got {self.group_size}")
+        if self.act_blocks and self.method != "w8a8-dynamic":
+            raise QuantError("activation blocks are for w8a8-dynamic (w8a16 keeps 16-bit "
+                             "activations, static W8A8 one calibrated scale)")
         if self.calib_samples < 1 or self.calib_seq_len < 2:
             raise QuantError("calibration needs at least 1 sample of at least 2 tokens")
         for pattern in self.skip:
@@ -74,7 +81,7 @@ class QuantConfig:
         return {"method": self.method, "preset": self.preset, "skip": list(self.skip),
                 "group_size": self.group_size, "smoothquant": self.smoothquant,
                 "calib_samples": self.calib_samples, "calib_seq_len": self.calib_seq_len,
-                "int8_head": self.int8_head}
+                "int8_head": self.int8_head, "act_blocks": self.act_blocks}
 
 
 def _is_always_float(name: str) -> bool:

@@ -375,6 +375,10 @@ def load_quantized_model(path: str | Path, device: str = "cpu",
                          "matmuls cap N at 65535, a vocabulary is larger); quantize again "
                          "without --int8-head")
     _install_layers(model, layers, dt)
+    if info.config.get("act_blocks"):  # w8a8-dynamic with activations per block of 32
+        for m in quant_modules(model).values():
+            if m.method == "w8a8-dynamic":
+                m.act_rows = "block"
     if info.int8_head:
         _install_head(model, info.int8_head, dt)
     for k, v in list(tensors.items()):

@@ -71,9 +71,11 @@ def producers(model: Any, keys: dict[str, tuple[str, ...]],
 
 def search(model: Any, method: str, caps: dict[str, InputCapture], smooth: bool = True,
            alphas: tuple[float, ...] | None = None, progress: Progress | None = None,
-           cancel: threading.Event | None = None, gqa: bool = False) -> Recipe:
+           cancel: threading.Event | None = None, gqa: bool = False,
+           act_blocks: bool = False) -> Recipe:
     """Choose alpha (and, static, the clip) for every captured input. `gqa`: also try
-    v_proj -> o_proj smoothing under grouped-query attention (engine.quant.smooth)."""
+    v_proj -> o_proj smoothing under grouped-query attention (engine.quant.smooth);
+    `act_blocks`: score dynamic activations per block of 32, as they will run."""
     keys = {k: c.consumers for k, c in caps.items()}
     prods = producers(model, keys, gqa=gqa) if smooth else {}
     ties = {g.producer: g.tie for g in find_groups(model, gqa=True)}
@@ -86,7 +88,8 @@ def search(model: Any, method: str, caps: dict[str, InputCapture], smooth: bool 
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         weights = [model.get_submodule(n).weight for n in cap.consumers]
-        ch = search_input(cap.x(), cap.sinks(), weights, cap.absmax_body, method,
+        ch = search_input(cap.x(), cap.sinks(), weights, cap.absmax_body,
+                          "w8a8-dynamic-blocks" if act_blocks else method,
                           key in prods, alphas=alphas, clips=clips, tie=ties.get(prods.get(key)))
         rec.choices[key] = ch
         if ch.alpha is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from npu_console.engine.kernels import qmath
 from npu_console.engine.kernels.qmath import QMAX
 
 ALPHAS = (0.3, 0.45, 0.6, 0.7, 0.8, 0.9)
@@ -61,7 +62,14 @@ def smooth_factors(xmax: torch.Tensor, wmax: torch.Tensor, alpha: float) -> torc
     return (xmax.clamp_min(1e-5).pow(alpha) / wmax.clamp_min(1e-5).pow(1 - alpha)).clamp_min(1e-5)
 
 
+def fake_blocks(x: torch.Tensor) -> torch.Tensor:
+    """Dynamic int8 activations per block of 32 values (QuantConfig.act_blocks)."""
+    return qmath.block_dequantize_act(*qmath.block_quantize_act(x))
+
+
 def _act(x: torch.Tensor, method: str, bound: float) -> torch.Tensor:
+    if method == "w8a8-dynamic-blocks":
+        return fake_blocks(x)
     return fake_dynamic(x) if method == "w8a8-dynamic" else fake_static(x, bound)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-F32, W8A16, W8A8 = 0, 1, 2
+F32, W8A16, W8A8, W8A8_BLOCK = 0, 1, 2, 3
 MAX_ROWS = 64  # decode rows per step; more (rare) go to the PyTorch path
 
 
@@ -96,6 +96,8 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     keep += [w, scale, bias]
     if mod.method == "w8a16":
         return _Linear(W8A16, 0, 0.0, group, _ptr(w), _ptr(scale), _ptr(bias), n, k)
+    if mod.method == "w8a8-dynamic" and mod.act_rows == "block":
+        return _Linear(W8A8_BLOCK, 0, 0.0, 0, _ptr(w), _ptr(scale), _ptr(bias), n, k)
     static = mod.method == "w8a8-static"
     wsum = native.weight_sums(w)
     keep.append(wsum)
