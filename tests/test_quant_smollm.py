@@ -16,7 +16,7 @@ import torch
 from npu_console.engine.paths import EVAL_DIR
 from npu_console.engine.quant import eval_methods as em
 from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
-from npu_console.engine.quant.config import QuantConfig
+from npu_console.engine.quant.workflow import QuantizeRequest
 from support.gguf import SMOLLM_GGUF
 
 # method: (max perplexity increase % on the worst text, min share of linear weights in int8)
@@ -71,7 +71,8 @@ def test_default_recipe_meets_the_bar_on_the_worst_text(smollm, method, torch_th
     loaded = smollm["loaded"]
     model = copy.deepcopy(loaded.model)
     samples, source = smollm["calib"][method]
-    res = run_auto(model, loaded.tokenizer, QuantConfig(method=method), samples, source)
+    cfg = QuantizeRequest(model_dir="", out_dir=None, method=method).config()  # the defaults
+    res = run_auto(model, loaded.tokenizer, cfg, samples, source)
     assert "self-generated" in res.calibration
     got = smollm["ppl"](res.model)
     delta = {n: 100 * (got[n] / smollm["base"][n] - 1) for n in got}

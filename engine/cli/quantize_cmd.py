@@ -51,6 +51,11 @@ def register(sub) -> None:
     p.add_argument("--eval-data", default=None, metavar="FILE",
                    help="held-out text: --budget and the JSON's perplexity_change_pct are "
                         "measured on it, and the report's perplexity (default: calibration text)")
+    p.add_argument("--act-scales", default="auto", choices=["auto", "block", "token"],
+                   help="w8a8-dynamic activations: one int8 scale per block of 32 values "
+                        "(block: as llama.cpp's Q8_0, on the native CPU kernels) or per token "
+                        "(token: what NPU, CUDA and vLLM run; the fastest product on "
+                        "AVX512-VNNI); auto: block for --format native, else token")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="quantize N times with the self-generated calibration drawn from seeds "
                         "0..N-1 and report each seed's perplexity change on --eval-data, their "
@@ -98,7 +103,7 @@ def run(args) -> int:
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
                           int8_head=args.int8_head, recipe=args.recipe,
                           budget_pct=args.budget, eval_file=args.eval_data, report=args.report,
-                          seeds=args.seeds)
+                          seeds=args.seeds, act_scales=args.act_scales)
     cancel = threading.Event()
     try:
         result = run_workflow(req, on_event=_StderrProgress(), cancel=cancel)
@@ -127,6 +132,9 @@ def _print_recipe(result) -> None:
     if result.calibration:
         print(f"calibration: {result.calibration}", file=sys.stderr)
     print(f"int8 share of linear weights: {result.int8_weight_fraction:.1%}", file=sys.stderr)
+    if result.info.config.get("act_blocks"):
+        print("activations: int8 with one scale per block of 32 values (native CPU kernels)",
+              file=sys.stderr)
     for name, why in result.kept_float.items():
         print(f"  kept float: {name} ({why})", file=sys.stderr)
     if result.perplexity_change_pct is not None:

@@ -97,12 +97,19 @@ class QuantizeRequest:
     # and report each seed's perplexity change on eval_file with their mean, worst and spread;
     # the checkpoint written is seed 0's (the default's)
     seeds: int = 1
+    # w8a8-dynamic activation scales: "block" (one per 32 values, the native CPU kernels),
+    # "token" (one per row: what NPU, CUDA, vLLM and MindIE run, and the VNNI int8 product),
+    # "auto": block for the native format, token for the formats other runtimes read
+    act_scales: str = "auto"
 
     def config(self) -> QuantConfig:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
                            group_size=self.group_size, smoothquant=self.smoothquant,
                            calib_samples=self.samples, calib_seq_len=self.seq_len,
-                           int8_head=head_mode(self.int8_head) == "on")
+                           int8_head=head_mode(self.int8_head) == "on",
+                           act_blocks=self.method == "w8a8-dynamic" and (
+                               self.act_scales == "block"
+                               or (self.act_scales == "auto" and self.fmt == "native")))
 
     def stages(self) -> tuple[str, ...]:
         plain_no_calib = self.recipe == "plain" and not self.config().needs_calibration
@@ -272,6 +279,12 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
     """Every check that needs no model, before any heavy work."""
     from npu_console.engine.quant.auto import check_budget
 
+    if req.act_scales not in ("auto", "block", "token"):
+        raise QuantError(f"unknown activation scales {req.act_scales!r}; choose auto, block "
+                         "or token")
+    if req.act_scales == "block" and req.fmt != "native":
+        raise QuantError(f"the {req.fmt} format's readers quantize activations per token; use "
+                         "--act-scales token (or auto) with it")
     cfg = req.config()  # validates method / preset / alpha
     if req.fmt not in FORMATS:
         raise QuantError(f"unknown format {req.fmt!r}; choose one of {', '.join(FORMATS)}")

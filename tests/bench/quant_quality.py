@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.quant import eval_methods as em
     from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
-    from npu_console.engine.quant.config import QuantConfig
+    from npu_console.engine.quant.workflow import QuantizeRequest
 
     loaded = load_model(args.model, device="cpu", dtype="float32")
     tok = loaded.tokenizer
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             samples, source = calibration_samples(loaded.model, tok, None, 0, 0,
                                                   loaded.files_dir, None, None,
                                                   self_tokens=self_tokens_for(method), seed=seed)
-            res = run_auto(copy.deepcopy(loaded.model), tok, QuantConfig(method=method),
-                           samples, source)
+            cfg = QuantizeRequest(model_dir="", out_dir=None, method=method).config()
+            res = run_auto(copy.deepcopy(loaded.model), tok, cfg, samples, source)
             got = ppl(res.model)
             change = {k: 100 * (got[k] / base[k] - 1) for k in got}
             run = {"method": method, "seed": seed, "change_pct": change,
