@@ -71,3 +71,17 @@ def test_chat_records_render_through_the_template(tmp_path, demo_model_dir):
     bad.write_text(json.dumps({"messages": [{"role": "user"}]}) + "\n", encoding="utf-8")
     with pytest.raises(QuantError, match='"messages" must be a list'):
         read_texts(bad, tok)
+
+
+def test_eval_cli_scores_chat_records_through_the_template(demo_model_dir, tmp_path, capsys):
+    f = tmp_path / "chat.jsonl"
+    turns = [{"role": "user", "content": "What is the default encoding of source files?"},
+             {"role": "assistant", "content": "Python source files are read as UTF-8 unless "
+                                              "a coding declaration says otherwise."}]
+    f.write_text("\n".join(json.dumps({"messages": turns}) for _ in range(4)) + "\n",
+                 encoding="utf-8")
+    rc = main(["eval", "--model", str(demo_model_dir), "--data", str(f), "--json", "--ctx", "64"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    res = json.loads(out.out.strip().splitlines()[-1])
+    assert res["tokens"] > 0 and res["perplexity"] > 1

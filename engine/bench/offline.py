@@ -30,6 +30,8 @@ class OfflineConfig:
     quant: str = "none"
     # with --quant: lm_head + embedding in int8, "auto" (engine.quant.head's rule), "on", "off"
     int8_head: str = "auto"
+    # with --quant w8a8-dynamic: activation scales per block of 32 or per token (QuantizeRequest)
+    act_scales: str = "auto"
     device: str = "cpu"
     dtype: str = "float32"
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -197,7 +199,8 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
 
 def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
               cancel: threading.Event, int8_head: str = "auto",
-              notes: list[str] | None = None) -> tuple[Any, tuple[int, int]]:
+              notes: list[str] | None = None,
+              act_scales: str = "auto") -> tuple[Any, tuple[int, int]]:
     """Quantize the loaded model in memory through engine.quant's workflow (the plain recipe
     with default options, no export; w8a8-static calibrates on the shipped calibration text)."""
     try:
@@ -214,7 +217,8 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
                               f"{ev.step} ({method}): {ev.done}/{ev.total}"))
 
     req = QuantizeRequest(model_dir=str(loaded.path), out_dir=None, method=method, recipe="plain",
-                          device=loaded.device, dtype=loaded.dtype, int8_head=int8_head)
+                          device=loaded.device, dtype=loaded.dtype, int8_head=int8_head,
+                          act_scales=act_scales)
     try:
         done = run_workflow(req, on_event, cancel, loaded=loaded)
         if notes is not None and done.head is not None:
@@ -283,7 +287,7 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
         if cfg.quant != "none":
             say(0.05, f"quantizing ({cfg.quant})")
             loaded, counted = _quantize(loaded, cfg.quant, progress, cancel, cfg.int8_head,
-                                        notes)
+                                        notes, cfg.act_scales)
         else:
             counted = decode_bytes_model(loaded.model, dtype_bytes)
         bandwidth: Bandwidth | None = None

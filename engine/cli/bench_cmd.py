@@ -35,6 +35,9 @@ def register(sub) -> None:
                    choices=["auto", "on", "off"],
                    help="with --quant: lm_head and embedding in int8 too; auto (default): when "
                         "they are at least 15 %% of the weights; --int8-head alone = on")
+    o.add_argument("--act-scales", default="auto", choices=["auto", "block", "token"],
+                   help="with --quant w8a8-dynamic: int8 activations per block of 32 (auto) "
+                        "or per token (as `quantize --act-scales`)")
     o.add_argument("--device", default="auto", help="auto, cpu, npu[:N] or cuda[:N]")
     o.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     o.add_argument("--batch-sizes", default="1,2,4,8,16", help="comma-separated (default 1,2,4,8,16)")
@@ -162,6 +165,7 @@ def run_offline(args) -> int:
 
     device, dtype = resolve_device_dtype(args)
     cfg = OfflineConfig(model=args.model, quant=args.quant, int8_head=args.int8_head,
+                        act_scales=args.act_scales,
                         device=device, dtype=dtype,
                         batch_sizes=_batch_sizes(args.batch_sizes), input_len=args.input_len,
                         output_len=args.output_len, seed=args.seed,
