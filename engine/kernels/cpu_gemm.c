@@ -261,25 +261,28 @@ static inline int round_clamp1(float x, float s, float qmax) {
     return (int)(v > qmax ? qmax : (v < -qmax ? -qmax : v));
 }
 
+/* q[0..n) = round-half-even(x / s) clamped to +-qmax, as int16; q[n..pad) = 0 */
+static inline void round_span(const float *x, int64_t n, float s, float qmax, int16_t *q,
+                              int64_t pad) {
+    const __m256 hi = _mm256_set1_ps(qmax), lo = _mm256_set1_ps(-qmax), vs = _mm256_set1_ps(s);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256i i = round_clamp8(x + k, vs, lo, hi);
+        _mm_storeu_si128((__m128i *)(q + k), _mm_packs_epi32(_mm256_castsi256_si128(i),
+                                                             _mm256_extracti128_si256(i, 1)));
+    }
+    for (; k < n; k++) q[k] = (int16_t)round_clamp1(x[k], s, qmax);
+    for (; k < pad; k++) q[k] = 0;
+}
+
 static void quantize_rows_to(const float *x, int64_t M, int64_t K, int per_token,
                              float static_scale, float qmax, int16_t *q, int64_t ldq,
                              float *sx) {
-    const __m256 hi = _mm256_set1_ps(qmax), lo = _mm256_set1_ps(-qmax);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
         const float s = row_scale(xr, K, per_token, static_scale, qmax);
         sx[m] = s;
-        int16_t *qr = q + m * ldq;
-        const __m256 vs = _mm256_set1_ps(s);
-        int64_t k = 0;
-        for (; k + 8 <= K; k += 8) {
-            const __m256i i = round_clamp8(xr + k, vs, lo, hi);
-            _mm_storeu_si128((__m128i *)(qr + k),
-                             _mm_packs_epi32(_mm256_castsi256_si128(i),
-                                             _mm256_extracti128_si256(i, 1)));
-        }
-        for (; k < K; k++) qr[k] = (int16_t)round_clamp1(xr[k], s, qmax);
-        for (k = K; k < ldq; k++) qr[k] = 0;
+        round_span(xr, K, s, qmax, q + m * ldq, ldq);
     }
 }
 
@@ -467,7 +470,6 @@ static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, in
  * then coarsens only its own block of 32, not its whole row. */
 static void blockint8_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
                            float *xs) {
-    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     const int64_t nb = ldq / QB;
     for (int64_t m = 0; m < M; m++) {
         for (int64_t b = 0; b < nb; b++) {
@@ -476,16 +478,7 @@ static void blockint8_rows(const float *x, int64_t M, int64_t K, int16_t *q, int
             const int64_t n = K - b * QB < QB ? K - b * QB : QB;
             const float s = row_scale(xb, n, 1, 0.0f, 127.0f);
             xs[m * nb + b] = s;
-            const __m256 vs = _mm256_set1_ps(s);
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8) {
-                const __m256i iv = round_clamp8(xb + i, vs, lo, hi);
-                _mm_storeu_si128((__m128i *)(qb + i),
-                                 _mm_packs_epi32(_mm256_castsi256_si128(iv),
-                                                 _mm256_extracti128_si256(iv, 1)));
-            }
-            for (; i < n; i++) qb[i] = (int16_t)round_clamp1(xb[i], s, 127.0f);
-            for (; i < QB; i++) qb[i] = 0;
+            round_span(xb, n, s, 127.0f, qb, QB);
         }
     }
 }
