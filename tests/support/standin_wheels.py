@@ -5,10 +5,10 @@ without the network. Each holds only its .dist-info: what pip reads to resolve."
 
 from __future__ import annotations
 
-import tomllib
 import zipfile
 from pathlib import Path
 
+import tomllib
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
