@@ -306,9 +306,9 @@ def read_torch_report(report: dict) -> TorchChoice:
 
 def cuda_torch_message(plan: Plan, choice: TorchChoice) -> str:
     public = ascend_pairs.split_torch_version(choice.version)[0]
-    why = (f"requires {len(choice.cuda_requires)} CUDA wheels: {', '.join(choice.cuda_requires[:3])}"
-           f"{' ...' if len(choice.cuda_requires) > 3 else ''}" if choice.cuda_requires
-           else "a CUDA build")
+    cuda = choice.cuda_requires
+    why = (f"requires {len(cuda)} CUDA wheels: {', '.join(cuda[:3])}"
+           f"{' ...' if len(cuda) > 3 else ''}" if cuda else "a CUDA build")
     return (f"the only torch {public} for {plan.target} / CPython {plan.python} that pip finds is "
             f"{choice.filename} ({why}); a {plan.flavour} bundle takes its CPU build from "
             f"{CPU_INDEX}: pass --torch-index {CPU_INDEX}, or --find-links a folder holding "

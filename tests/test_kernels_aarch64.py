@@ -88,7 +88,8 @@ def _cases() -> list[dict]:
             out.append({"op": "f32", "m": m, "n": n, "k": k, "nt": nt, "bias": True})
             out.append({"op": "w8a16", "m": m, "n": n, "k": k, "nt": nt})
             out.append({"op": "w8a8", "m": m, "n": n, "k": k, "nt": nt, "per_token": 1})
-            out.append({"op": "w8a8", "m": m, "n": n, "k": k, "nt": nt, "per_token": 0, "arg": 0.05})
+            out.append({"op": "w8a8", "m": m, "n": n, "k": k, "nt": nt, "per_token": 0,
+                        "arg": 0.05})
             out.append({"op": "tok", "m": m, "n": n, "k": k, "nt": nt})
         out.append({"op": "rmsnorm", "m": m, "n": 1, "k": k, "nt": 1, "arg": 1e-5})
         out.append({"op": "rowsums", "m": 1, "n": n, "k": k, "nt": 1})

@@ -1,7 +1,7 @@
 /* Matrix products of decode steps for x86 CPUs with AVX2 + FMA, and for aarch64 CPUs (NEON,
  * through simd_neon.h, which gives the same floats bit for bit; W8A8 on sdot where the CPU has
- * the dot-product extension), built on first use by native.py: INT8 (W8A16 with per-channel or per-group weight scales, W8A8) for quantized
- * layers, fp32 for the engine's float layers.
+ * the dot-product extension), built on first use by native.py: INT8 (W8A16 with per-channel or
+ * per-group weight scales, W8A8) for quantized layers, fp32 for the engine's float layers.
  *
  * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
  * spends its time (a few rows times a large weight): aten._weight_int8pack_mm streams int8

@@ -8,8 +8,8 @@ cpu_i8_sdot.c), else -march=armv8-a: the same floats as the AVX2 build, bit for 
 (tests/test_kernels_aarch64.py, cross-compiled and run under qemu-user).
 
 Optional by design: without a compiler, on a CPU without AVX2/FMA (x86-64) or NEON (aarch64),
-on other CPUs, or with NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU backend keeps PyTorch's own
-kernels. The build is one gcc call of well under a second; the shared object lands in
+on other CPUs, or with NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU
+backend keeps PyTorch's own kernels. The build is one gcc call of well under a second; the shared object lands in
 engine.paths.cache_dir() (~/.cache/npu-console, or $NPU_CONSOLE_CACHE)/kernels under a name that hashes the source,
 the flags and the CPU's feature flags, written to a temporary name and renamed, so concurrent
 first uses and hosts sharing a home directory never load a half-written or foreign build. The

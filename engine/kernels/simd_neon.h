@@ -121,9 +121,10 @@ NPC_INL __m256 _mm256_round_ps(__m256 a, const int mode) {
     (void)mode;
     return NPC_F2(vrndnq_f32(a.lo), vrndnq_f32(a.hi));
 }
+#define NPC_U(v) vreinterpretq_u32_f32(v)
 #define NPC_BITS(op, a, b)                                                                     \
-    NPC_F2(vreinterpretq_f32_u32(op(vreinterpretq_u32_f32((a).lo), vreinterpretq_u32_f32((b).lo))), \
-           vreinterpretq_f32_u32(op(vreinterpretq_u32_f32((a).hi), vreinterpretq_u32_f32((b).hi))))
+    NPC_F2(vreinterpretq_f32_u32(op(NPC_U((a).lo), NPC_U((b).lo))),                           \
+           vreinterpretq_f32_u32(op(NPC_U((a).hi), NPC_U((b).hi))))
 NPC_INL __m256 _mm256_or_ps(__m256 a, __m256 b) { return NPC_BITS(vorrq_u32, a, b); }
 NPC_INL __m256 _mm256_xor_ps(__m256 a, __m256 b) { return NPC_BITS(veorq_u32, a, b); }
 /* ~a & b (vbicq takes its operands the other way round) */
