@@ -107,7 +107,9 @@ def torch_cuda(folder: Path, version: str, target: str, python: str = "3.11") ->
 
 
 def torch_npu(folder: Path, version: str, target: str, python: str = "3.11") -> Path:
-    """torch_npu as PyPI has it: requires the same torch release (any local label) exactly."""
+    """torch_npu as PyPI has it: the same torch release exactly, which any local label (+cpu)
+    satisfies (torch_npu-2.12.0-cp311-cp311-manylinux_2_28_aarch64.whl: `Requires-Dist:
+    torch ==2.12.0` and nothing else)."""
     torch = ".".join(version.split(".")[:3])
     return write_wheel(folder, "torch_npu", version, binary_tag(target, python, "2_28"),
-                       (f"torch=={torch}.*", "numpy", "pyyaml"))
+                       (f"torch =={torch}",))
