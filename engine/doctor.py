@@ -169,11 +169,20 @@ def check_cpu_kernels() -> Check:
 
     info = native.build()
     flags = native.cpu_flags()
-    isa = "AVX512-VNNI" if "avx512_vnni" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
+    if native.is_aarch64():
+        isa = ("aarch64 NEON + dotprod" if "asimddp" in flags else
+               "aarch64 NEON" if "asimd" in flags else "aarch64")
+    else:
+        isa = ("AVX512-VNNI" if "avx512_vnni" in flags else
+               ("AVX2" if "avx2" in flags else "no AVX2"))
     if info.path is not None:
-        int8 = ("W8A8 and per-channel W8A16 on AVX512-VNNI, per-group W8A16 and fp32 on AVX2"
-                if native.int8_isa() == "avx512-vnni" else
-                "fp32, W8A16 (per-channel or per-group scales) and W8A8 on AVX2")
+        int8 = {
+            "avx512-vnni": "W8A8 and per-channel W8A16 on AVX512-VNNI, per-group W8A16 and fp32 "
+                           "on AVX2",
+            "neon-dotprod": "W8A8 on sdot (dotprod), W8A16 (per-channel or per-group scales) "
+                            "and fp32 on NEON",
+            "neon": "fp32, W8A16 (per-channel or per-group scales) and W8A8 on NEON",
+        }.get(native.int8_isa(), "fp32, W8A16 (per-channel or per-group scales) and W8A8 on AVX2")
         return Check("cpu kernels", "ok",
                      f"native kernels: {int8}, on this {isa} CPU ({info.reason}: {info.path})")
     fix = ("install a C compiler (apt-get install gcc libc6-dev) for faster fp32 and INT8 decode"

@@ -2,8 +2,10 @@
 
 Standard library only: the bundle builder uses it to pick pins, and a copy travels inside every
 Ascend bundle where preflight.py checks the server's CANN against it (no third-party package can be
-assumed there before the install). Source: /work/shared/design/ASCEND_INT8.md section 1.1, which
-read Ascend/pytorch COMPATIBILITY.en.md; torch_npu X.Y.Z[.postN] requires torch X.Y.Z exactly.
+assumed there before the install). Source: the compatibility table of the Ascend/pytorch
+repository (COMPATIBILITY.en.md, https://github.com/Ascend/pytorch, mirrored from
+https://gitee.com/ascend/pytorch) and the torch_npu wheels' own metadata on PyPI: torch_npu
+X.Y.Z[.postN] requires torch X.Y.Z exactly (the x86_64 wheels: `Requires-Dist: torch==X.Y.Z+cpu`).
 """
 
 from __future__ import annotations

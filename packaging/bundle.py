@@ -9,6 +9,12 @@ on glibc 2.28. For this machine's own platform, with no --glibc, the wheels come
 (so a dependency published only as an sdist still works); for another platform or Python, or
 with --glibc, from `pip download --only-binary=:all: --platform ...` with manylinux tags no newer
 than that glibc, and the build fails if any wheel would need more.
+
+torch is found first, on its own: for the cpu and ascend flavours its CPU build, which lives on
+the PyTorch CPU index (x86_64 and aarch64 `+cpu` wheels; PyPI's Linux torch is the CUDA build on
+both), or in a --find-links folder. pip resolves it without downloading it (`pip install
+--dry-run --report`), and when all it finds is a CUDA build the bundle stops there, before any
+download, with one line naming the index.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +43,9 @@ import ascend_pairs
 TARGETS = ("x86_64", "aarch64")
 FLAVOURS = ("cpu", "cuda", "ascend")
 DEFAULT_TORCH = "2.13.0"  # the release this project is developed and tested against
+# Where torch's CPU builds are published, x86_64 and aarch64 (`torch-X+cpu-...`): consulted for
+# torch alone in the cpu and ascend flavours (--torch-index), so no other package comes from it
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Oldest server glibc for foreign targets: 2.28 = RHEL 8 / openEuler 20.03 / Kylin V10. No PySide6 in
 # our range has an aarch64 wheel below manylinux_2_31 (6.8.0.2; 6.11 needs 2.39), hence 2.31 for a
 # desktop bundle there; a server bundle (no Qt) goes down to 2.28 on both.
@@ -151,7 +160,10 @@ def make_plan(
         )
     version = torch or DEFAULT_TORCH
     if flavour == "cpu":
-        # PyPI's x86_64 torch is the multi-GB CUDA build; the CPU build carries the +cpu label
+        # PyPI's x86_64 torch is the multi-GB CUDA build; the CPU build carries the +cpu label.
+        # aarch64: the public release, which matches its +cpu build (PEP 440 ignores the local
+        # label) and, for releases before the +cpu aarch64 wheels, the unlabelled CPU build;
+        # find_torch picks one and refuses a CUDA build.
         public = ascend_pairs.split_torch_version(version)[0]
         req = f"torch=={public}+cpu" if target == "x86_64" else f"torch=={public}"
         return Plan(target, python, flavour, req, [], [], native, platforms, server=server,
@@ -188,11 +200,14 @@ def _run(
         )
 
 
-def build_project_wheel(plan: Plan, work: Path, verbose: bool) -> Path:
-    """sdist -> unpack -> record the flavour -> wheel, so the wheel in the bundle knows its build."""
+def build_project_wheel(plan: Plan, work: Path, verbose: bool, isolated: bool = True) -> Path:
+    """sdist -> unpack -> record the flavour -> wheel, so the wheel in the bundle knows its build.
+    isolated=False (--no-index): with this Python's own setuptools, as no build environment can
+    be downloaded."""
     dist = work / "dist"
+    iso = [] if isolated else ["--no-isolation"]
     _run(
-        [sys.executable, "-m", "build", "--sdist", "--outdir", str(dist), str(ROOT)],
+        [sys.executable, "-m", "build", *iso, "--sdist", "--outdir", str(dist), str(ROOT)],
         "building the sdist",
         verbose,
     )
@@ -215,7 +230,7 @@ def build_project_wheel(plan: Plan, work: Path, verbose: bool) -> Path:
     )
     wheels = work / "project"
     _run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(wheels), str(src)],
+        [sys.executable, "-m", "build", *iso, "--wheel", "--outdir", str(wheels), str(src)],
         "building the wheel",
         verbose,
     )
@@ -223,8 +238,113 @@ def build_project_wheel(plan: Plan, work: Path, verbose: bool) -> Path:
     return wheel
 
 
+def _platform_args(plan: Plan) -> list[str]:
+    """pip's options for a foreign platform and Python (none for this machine's own)."""
+    if plan.native:
+        return []
+    abi = "cp" + plan.python.replace(".", "")
+    cmd = ["--python-version", plan.python, "--implementation", "cp", "--abi", abi]
+    for tag in plan.platforms:
+        cmd += ["--platform", tag]
+    return cmd
+
+
+def _index_args(find_links: list[str], extra_index_urls: list[str], no_index: bool) -> list[str]:
+    cmd = ["--no-index"] if no_index else []
+    for link in find_links:
+        cmd += ["--find-links", link]
+    if not no_index:
+        for url in extra_index_urls:
+            cmd += ["--extra-index-url", url]
+    return cmd
+
+
+def torch_index_for(plan: Plan, torch_index: str | None) -> str | None:
+    """The index consulted for torch alone: the CPU index for cpu and ascend bundles unless
+    --torch-index says otherwise ("none": only pip's own indexes and --find-links)."""
+    if plan.flavour == "cuda":
+        return None
+    if torch_index is None:
+        return CPU_INDEX
+    return None if torch_index.lower() == "none" else torch_index
+
+
+def torch_query_cmd(plan: Plan, report: Path, find_links: list[str], extra_index_urls: list[str],
+                    no_index: bool, torch_index: str | None) -> list[str]:
+    """Resolve torch alone, without downloading it: pip writes the wheel it would take, and that
+    wheel's metadata, to `report`."""
+    urls = [*extra_index_urls, *([torch_index] if torch_index else [])]
+    return [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+            "--only-binary=:all:", "--quiet", "--report", str(report), *_platform_args(plan),
+            *_index_args(find_links, urls, no_index), plan.torch_req]
+
+
+@dataclass(frozen=True)
+class TorchChoice:
+    version: str  # "2.13.0+cpu"
+    url: str  # where pip takes the wheel from
+    cuda_requires: tuple[str, ...]  # its nvidia-* / triton requirements: empty for a CPU build
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1].replace("%2B", "+")
+
+    @property
+    def is_cuda(self) -> bool:
+        local = ascend_pairs.split_torch_version(self.version)[1] or ""
+        return bool(self.cuda_requires) or local.startswith(("cu", "rocm"))
+
+
+def read_torch_report(report: dict) -> TorchChoice:
+    (item,) = report["install"]
+    meta = item["metadata"]
+    names = [re.split(r"[\s;<>=!~\[(]", r.strip(), maxsplit=1)[0].lower().replace("_", "-")
+             for r in meta.get("requires_dist") or []]
+    cuda = tuple(sorted({n for n in names if n.startswith(("nvidia-", "triton"))}))
+    return TorchChoice(meta["version"], item["download_info"]["url"], cuda)
+
+
+def cuda_torch_message(plan: Plan, choice: TorchChoice) -> str:
+    public = ascend_pairs.split_torch_version(choice.version)[0]
+    cuda = choice.cuda_requires
+    why = (f"requires {len(cuda)} CUDA wheels: {', '.join(cuda[:3])}"
+           f"{' ...' if len(cuda) > 3 else ''}" if cuda else "a CUDA build")
+    return (f"the only torch {public} for {plan.target} / CPython {plan.python} that pip finds is "
+            f"{choice.filename} ({why}); a {plan.flavour} bundle takes its CPU build from "
+            f"{CPU_INDEX}: pass --torch-index {CPU_INDEX}, or --find-links a folder holding "
+            f"torch-{public}+cpu-*-{plan.target}.whl")
+
+
+def find_torch(plan: Plan, work: Path, wheels_dir: Path, find_links: list[str],
+               extra_index_urls: list[str], no_index: bool, torch_index: str | None,
+               verbose: bool) -> Plan:
+    """Pick the torch wheel before anything else is fetched: resolve it alone, refuse a CUDA
+    build for a cpu or ascend bundle (one line naming the CPU index), download it into the
+    bundle's wheels, and return the plan pinned to exactly that build."""
+    report = work / "torch-report.json"
+    index = torch_index_for(plan, torch_index)
+    where = f"{index} or " if index and not no_index else ""
+    _run(torch_query_cmd(plan, report, find_links, extra_index_urls, no_index, index),
+         f"finding {plan.torch_req}", verbose,
+         hints={"matching distribution": (
+             f": no {plan.torch_req} wheel for {plan.target} / CPython {plan.python} in "
+             f"{where}the indexes and --find-links pip sees; its CPU build is on {CPU_INDEX} "
+             f"(--torch-index), or --find-links a folder holding the wheel")})
+    choice = read_torch_report(json.loads(report.read_text()))
+    if plan.flavour != "cuda" and choice.is_cuda:
+        raise BundleError(cuda_torch_message(plan, choice))
+    pinned = replace(plan, torch_req=f"torch=={choice.version}")
+    urls = [*extra_index_urls, *([index] if index else [])]
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+          "--progress-bar", "off", "--dest", str(wheels_dir), *_platform_args(pinned),
+          *_index_args(find_links, urls, no_index), pinned.torch_req],
+         f"downloading {choice.filename}", verbose)
+    return pinned
+
+
 def pip_collect_cmd(
-    plan: Plan, project_wheel: Path, dest: Path, find_links: list[str], extra_index_urls: list[str]
+    plan: Plan, project_wheel: Path, dest: Path, find_links: list[str], extra_index_urls: list[str],
+    no_index: bool = False,
 ) -> list[str]:
     extras = plan.project_extras
     project = f"{project_wheel}[{','.join(extras)}]" if extras else str(project_wheel)
@@ -232,30 +352,10 @@ def pip_collect_cmd(
     if plan.native:
         cmd = [sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest)]
     else:
-        abi = "cp" + plan.python.replace(".", "")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--dest",
-            str(dest),
-            "--only-binary=:all:",
-            "--python-version",
-            plan.python,
-            "--implementation",
-            "cp",
-            "--abi",
-            abi,
-        ]
-        for tag in plan.platforms:
-            cmd += ["--platform", tag]
+        cmd = [sys.executable, "-m", "pip", "download", "--dest", str(dest),
+               "--only-binary=:all:", *_platform_args(plan)]
     cmd += ["--progress-bar", "off"]
-    for link in find_links:
-        cmd += ["--find-links", link]
-    for url in extra_index_urls:
-        cmd += ["--extra-index-url", url]
-    return cmd + reqs
+    return cmd + _index_args(find_links, extra_index_urls, no_index) + reqs
 
 
 def glibc_needed(wheel_name: str, host_glibc: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -408,19 +508,14 @@ def build(args: argparse.Namespace) -> Path:
                      args.server)
     version = project_version()
     name = f"npu-console-{version}-{plan.name_suffix}"
+    index = torch_index_for(plan, args.torch_index)
     if args.dry_run:
         print(json.dumps(asdict(plan), indent=2))
-        print(
-            " ".join(
-                pip_collect_cmd(
-                    plan,
-                    Path(f"<{name}.whl>"),
-                    Path("<wheels>"),
-                    args.find_links,
-                    args.extra_index_url,
-                )
-            )
-        )
+        print(" ".join(torch_query_cmd(plan, Path("<report>"), args.find_links,
+                                       args.extra_index_url, args.no_index, index)))
+        print(" ".join(pip_collect_cmd(plan, Path(f"<{name}.whl>"), Path("<wheels>"),
+                                       [*args.find_links, "<wheels>"], args.extra_index_url,
+                                       args.no_index)))
         return Path(args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -429,13 +524,19 @@ def build(args: argparse.Namespace) -> Path:
         bundle = work / name
         wheels_dir = bundle / "wheels"
         wheels_dir.mkdir(parents=True)
-        step = "[%d/4] %s"
+        step = "[%d/5] %s"
         t0 = time.monotonic()
+        build_kind = "CUDA" if plan.flavour == "cuda" else "CPU"
+        what = (f"finding torch ({plan.torch_req}, the {build_kind} build) for {plan.target} / "
+                f"CPython {plan.python}")
+        print(step % (1, what), file=sys.stderr)
+        plan = find_torch(plan, work, wheels_dir, args.find_links, args.extra_index_url,
+                          args.no_index, args.torch_index, args.verbose)
         print(
-            step % (1, f"building the npu-console {version} wheel ({plan.flavour} flavour)"),
+            step % (2, f"building the npu-console {version} wheel ({plan.flavour} flavour)"),
             file=sys.stderr,
         )
-        project_wheel = build_project_wheel(plan, work, args.verbose)
+        project_wheel = build_project_wheel(plan, work, args.verbose, isolated=not args.no_index)
         t_wheel = time.monotonic()
         how = (
             "pip wheel"
@@ -443,21 +544,18 @@ def build(args: argparse.Namespace) -> Path:
             else f"pip download for {plan.target} / CPython {plan.python}"
         )
         print(
-            step % (2, f"collecting dependency wheels with {how} ({plan.torch_req})"),
+            step % (3, f"collecting dependency wheels with {how} ({plan.torch_req})"),
             file=sys.stderr,
         )
         hints = {}
-        if "+cpu" in plan.torch_req:
-            hints[f"matching distribution found for {plan.torch_req}"] = (
-                f": {plan.torch_req} is published on https://download.pytorch.org/whl/cpu (x86_64 +cpu "
-                "builds); pass it as --extra-index-url, or --find-links a directory holding the wheel"
-            )
         hints["matching distribution found for"] = (
             f": some dependency has no wheel for {plan.target} / CPython {plan.python} / glibc "
             f"{plan.glibc or 'of this machine'}; a newer --glibc may help"
         )
         _run(
-            pip_collect_cmd(plan, project_wheel, wheels_dir, args.find_links, args.extra_index_url),
+            # the torch wheel find_torch fetched is found in the bundle's own wheels folder
+            pip_collect_cmd(plan, project_wheel, wheels_dir, [*args.find_links, str(wheels_dir)],
+                            args.extra_index_url, args.no_index),
             "collecting wheels",
             args.verbose,
             hints=hints,
@@ -466,7 +564,7 @@ def build(args: argparse.Namespace) -> Path:
         shutil.copy2(project_wheel, wheels_dir / project_wheel.name)
         t_collect = time.monotonic()
         print(
-            step % (3, "writing install.sh, preflight, systemd and desktop files"), file=sys.stderr
+            step % (4, "writing install.sh, preflight, systemd and desktop files"), file=sys.stderr
         )
         manifest = write_bundle_dir(plan, bundle, wheels_dir, version)
         if args.chat_model:
@@ -480,7 +578,7 @@ def build(args: argparse.Namespace) -> Path:
             return dest
         size = manifest["wheels_bytes"] >> 20
         print(
-            step % (4, f"archiving {len(manifest['wheels'])} wheels ({size} MiB)"), file=sys.stderr
+            step % (5, f"archiving {len(manifest['wheels'])} wheels ({size} MiB)"), file=sys.stderr
         )
         result = archive(bundle, out)
     t_end = time.monotonic()
@@ -536,6 +634,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         metavar="URL",
         help="extra index, e.g. https://download.pytorch.org/whl/cpu for torch +cpu builds",
+    )
+    p.add_argument(
+        "--torch-index",
+        metavar="URL",
+        help=f"index consulted for torch alone in cpu and ascend bundles (default {CPU_INDEX}, "
+        "which has the x86_64 and aarch64 CPU builds; `none`: only pip's indexes and --find-links)",
+    )
+    p.add_argument(
+        "--no-index",
+        action="store_true",
+        help="no index at all: every wheel from --find-links (an offline build host; the project "
+        "wheel is then built with this Python's own setuptools)",
     )
     p.add_argument(
         "--no-archive", action="store_true", help="leave the unpacked bundle directory in --out"

@@ -3,7 +3,7 @@
 
 `python packaging/screenshot_chat_model.py OUT_DIR [GGUF]` (offscreen by default);
 packaging/screenshots.py calls it when the GGUF is there (models/, as `make run` fetches it, or
-../shared/models/). A/B puts the float32 model beside the same weights in bfloat16.
+the development fixtures, tests/support/shared.py). A/B puts the float32 model beside the same weights in bfloat16.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.shared: the development fixtures
+from support.shared import SMOLLM2_GGUF
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CANDIDATES = (ROOT / "models" / "smollm2-135m-instruct" / GGUF_NAME,
-              ROOT.parent / "shared" / "models" / "smollm2-135m-instruct" / GGUF_NAME)
+              SMOLLM2_GGUF)
 QUESTIONS = ("What is the capital of France?", "Give me three tips for a good presentation.")
 
 

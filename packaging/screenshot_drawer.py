@@ -1,7 +1,7 @@
 """The dashboard with a chip's detail drawer open, on a replayed capture folder.
 
 `python packaging/screenshot_drawer.py OUT_DIR` (offscreen by default); packaging/screenshots.py
-calls it too. The folder is made of real captures from ../shared/fixtures/npu-smi: the 8-card
+calls it too. The folder is made of real npu-smi captures (tests/support/shared.py): the 8-card
 old-910 table (910a_info_1) and that family's `info -t usages|board|board -c|ecc|health -c`
 captures, all of NPU 0, so npu0-0's drawer is the one that is full.
 """
@@ -17,8 +17,10 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.shared: the development fixtures
+from support.shared import NPU_SMI_FIXTURES
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "npu-smi"
+FIXTURES = NPU_SMI_FIXTURES
 CAPTURES = ("910a_info_1", "910a_usages_2", "910a_board_1", "910a_board-c_1", "910a_ecc_1",
             "910a_health-c_1")
 
@@ -42,7 +44,7 @@ def capture_drawer(out: Path, home: Path) -> list[Path]:
 
     folder = capture_folder(home)
     if folder is None:
-        print("../shared/fixtures/npu-smi is missing: no drawer screenshot", file=sys.stderr)
+        print(f"{FIXTURES} is missing: no drawer screenshot", file=sys.stderr)
         return []
     out.mkdir(parents=True, exist_ok=True)
     window = build_window(LaunchOptions(model="", replay=[str(folder)], theme="dark",

@@ -1,6 +1,7 @@
 """The dashboard's fleet view: two real `npu-console serve` processes on loopback, each with an
-API key and a replayed capture (8 x 910B3, 2 x 310P3 from ../shared/fixtures/npu-smi), watched
-beside this machine (replaying a 300I Duo capture).
+API key and a replayed capture (8 x 910B3, 2 x 310P3: real npu-smi captures from the
+development fixtures, tests/support/shared.py), watched beside this machine (replaying a 300I
+Duo capture).
 
 `python packaging/screenshot_fleet.py OUT_DIR` (offscreen by default); packaging/screenshots.py
 calls it too. Two shots: `dashboard-fleet` (every host's card, this machine's chips) and
@@ -22,8 +23,10 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.shared: the development fixtures
+from support.shared import NPU_SMI_FIXTURES
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "npu-smi"
+FIXTURES = NPU_SMI_FIXTURES
 SERVERS = (("rack-a", "910b3_info_1.txt", "fleet-demo-key-a"),
            ("edge-b", "310p3_info_8.txt", "fleet-demo-key-b"))
 LOCAL_CAPTURE = "310p3-duo_info_1.txt"
@@ -74,7 +77,7 @@ def capture_fleet(out: Path, home: Path) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
     if not FIXTURES.is_dir():
-        print("../shared/fixtures/npu-smi is missing: no fleet screenshots", file=sys.stderr)
+        print(f"{FIXTURES} is missing: no fleet screenshots", file=sys.stderr)
         return []
     out.mkdir(parents=True, exist_ok=True)
     started = [(name, key, *_serve(FIXTURES / capture, key)) for name, capture, key in SERVERS]

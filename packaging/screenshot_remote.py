@@ -3,7 +3,7 @@ streaming from the server's model, and A/B with this console's model beside the 
 
 `python packaging/screenshot_remote.py OUT_DIR` (offscreen by default). Starts a real
 `npu-console serve` child process with an API key on loopback (SmolLM2-135M-Instruct from
-../shared when it is there, else the demo model), and a real window whose own engine runs the
+the development fixtures, tests/support/shared.py, when it is there, else the demo model), and a real window whose own engine runs the
 demo model.
 """
 
@@ -20,10 +20,11 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.shared: the development fixtures
+from support.shared import SMOLLM2_GGUF
 
 KEY = "sk-shots-0123456789abcdef"
-SMOLLM2 = ROOT.parent / "shared" / "models" / "smollm2-135m-instruct" / \
-    "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2 = SMOLLM2_GGUF
 
 
 def start_server(log: Path) -> tuple[subprocess.Popen, str, str]:

@@ -1,8 +1,8 @@
 """Screenshots of every console page for the docs: `python packaging/screenshots.py OUT_DIR`
 (`--part2`: only Quantize, Benchmark, Server and demo mode, with real results in them).
 
-Runs offscreen (or under Xvfb) on the demo model (stories260K from ../shared when the demo model
-is missing), with the dashboard replaying a real 8-card 910B capture; then a second pass shows
+Runs offscreen (or under Xvfb) on the demo model (stories260K from the development
+fixtures, tests/support/shared.py, when the demo model is missing), with the dashboard replaying a real 8-card 910B capture; then a second pass shows
 the host-CPU fallback and the light theme.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.shared: the development fixtures
 
 
 def main(argv: list[str]) -> int:
@@ -26,11 +27,12 @@ def main(argv: list[str]) -> int:
     from npu_console.console.app import LaunchOptions
     from npu_console.console.screenshots import capture_all
     from npu_console.engine.paths import DEMO_MODEL_DIR
+    from support import shared
 
     model = DEMO_MODEL_DIR
     if not (model / "config.json").exists():
-        model = ROOT.parent / "shared" / "models" / "stories260K"
-    fixtures = ROOT.parent / "shared" / "fixtures" / "npu-smi"
+        model = shared.STORIES_DIR
+    fixtures = shared.NPU_SMI_FIXTURES
     replay = [str(fixtures / "910b3_info_1.txt")] if fixtures.is_dir() else []
     settings = Path(os.environ["NPU_CONSOLE_HOME"]) / "shots.ini"
     if part2_only:

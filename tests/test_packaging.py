@@ -3,7 +3,6 @@ the preflight checks a server gets before install, the systemd unit and the desk
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import json
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from npu_console.engine import __version__
+from support.offline import offline_env as _offline_env
+from support.offline import offline_prefix as _offline_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
@@ -44,23 +45,6 @@ pairs = _load("ascend_pairs")
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     kw.setdefault("timeout", 600)
     return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
-
-
-@functools.cache
-def _offline_prefix() -> list[str]:
-    """Run a command in a network namespace of its own (no interfaces) when this machine allows it."""
-    if shutil.which("unshare") and _run(["unshare", "-n", "true"], timeout=20).returncode == 0:
-        return ["unshare", "-n"]
-    return []  # then _offline_env's dead proxy stands in
-
-
-def _offline_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
-    # without a namespace, any attempt to reach the network hits a closed local port
-    dead = "http://127.0.0.1:9"
-    env.update(http_proxy=dead, https_proxy=dead, HTTP_PROXY=dead, HTTPS_PROXY=dead)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **extra)
-    return env
 
 
 # ---------------------------------------------------------------- bundle planning and pairing
@@ -472,6 +456,9 @@ def installed_bundle(tmp_path_factory) -> Path:
             "--server",
             "--glibc",
             "2.28",
+            # this machine reaches no PyTorch index; its pip configuration has the +cpu wheel
+            "--torch-index",
+            "none",
             "--out",
             str(work / "out"),
         ],

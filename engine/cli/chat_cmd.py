@@ -36,17 +36,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _fallback_model(args) -> None:
-    """Until the demo model ships, fall back to the shared tiny Llama when it is there."""
-    from npu_console.engine.paths import DEMO_MODEL_DIR
-
-    if Path(args.model) == DEMO_MODEL_DIR and not (DEMO_MODEL_DIR / "config.json").exists():
-        stories = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K"
-        if (stories / "config.json").exists():
-            print(f"(demo model not built yet; using {stories})", file=sys.stderr)
-            args.model = str(stories)
-
-
 def run(args) -> int:
     from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.types import (
@@ -59,7 +48,6 @@ def run(args) -> int:
     if getattr(args, "remote", None):
         engine, banner = _connect_remote(args)
     else:
-        _fallback_model(args)
         loaded = load_for_cli(args)
         engine = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads,
                                           reasoning_parser=args.reasoning_parser))

@@ -90,8 +90,8 @@ class CpuBackend:
     def kernel_name(self, mod) -> str:
         """The product that runs mod, as doctor and /v1/models report it."""
         if self.native_for(mod):
-            # grouped W8A16 runs on the AVX2 loop on every CPU (cpu_i8_vnni.c)
-            return f"native-{'avx2' if mod.group_size else native.int8_isa()}"
+            # grouped W8A16 runs on the AVX2 (x86) or NEON (aarch64) loop on every CPU
+            return f"native-{native.layer_isa(mod.method, bool(mod.group_size))}"
         if mod.method == "w8a16":
             return "torch-int8pack" if not mod.group_size else "torch-grouped"
         return "fbgemm-split" if int16_saturation() else "fbgemm"

@@ -103,6 +103,15 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
                 N, K, nthreads);
         add_bias(y, L->bias, M, N);
         return;
+#elif NPC_SDOT
+        /* int8 rows fit the int16 scratch: s8_ld(K) <= 2 * blockfloat_ld(K) */
+        const int64_t ld8 = s8_ld(K);
+        if (!fits)
+            quantize_rows_s8(x, M, K, L->per_token, L->static_scale, (int8_t *)s->q, ld8, s->sx);
+        s8_gemm((const int8_t *)s->q, ld8, (const int8_t *)L->w, s->sx, L->scale, y, M, N, K,
+                nthreads);
+        add_bias(y, L->bias, M, N);
+        return;
 #endif
         const int64_t ldq = (K + 15) / 16 * 16;
         if (!fits) quantize_rows(x, M, K, L->per_token, L->static_scale, s->q, ldq, s->sx);

@@ -1,6 +1,7 @@
-/* Matrix products of decode steps for x86 CPUs with AVX2 + FMA, built on first use by
- * native.py: INT8 (W8A16 with per-channel or per-group weight scales, W8A8) for quantized
- * layers, fp32 for the engine's float layers.
+/* Matrix products of decode steps for x86 CPUs with AVX2 + FMA, and for aarch64 CPUs (NEON,
+ * through simd_neon.h, which gives the same floats bit for bit; W8A8 on sdot where the CPU has
+ * the dot-product extension), built on first use by native.py: INT8 (W8A16 with per-channel or
+ * per-group weight scales, W8A8) for quantized layers, fp32 for the engine's float layers.
  *
  * Why this exists: on AVX2 CPUs without VNNI, PyTorch's int8 kernels are slow where decode
  * spends its time (a few rows times a large weight): aten._weight_int8pack_mm streams int8
@@ -19,7 +20,11 @@
  * soname, so in a process that already loaded torch's copy it shares torch's runtime and the
  * calling thread's team (no second pool of spinning workers).
  */
+#if defined(__aarch64__)
+#include "simd_neon.h"
+#else
 #include <immintrin.h>
+#endif
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -164,6 +169,7 @@ typedef struct {
     int64_t M, N, K;
     int64_t gb, ng; /* W8A16 per-group scales: activation blocks per group, groups per weight
                      * row (sw is [N, ng]); gb 0: one scale per output channel */
+    const int8_t *q8; /* W8A8 on sdot: int8 rows, ldx apart */
 } gemm_t;
 
 typedef void (*stream_fn)(const gemm_t *g, int64_t n0, int64_t n1);
@@ -699,6 +705,13 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
     return group == 0 || (group > 0 && group % QB == 0 && K % group == 0);
 }
 
+#if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#define NPC_SDOT 1
+#include "cpu_i8_sdot.c"
+#else
+#define NPC_SDOT 0
+#endif
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define NPC_VNNI 1
 #include "cpu_i8_vnni.c"
@@ -777,8 +790,15 @@ void npc_int8_row_sums(const int8_t *w, int64_t N, int64_t K, int32_t *out) {
 }
 
 /* Which instructions this build's int8 products use (doctor and /v1/models name them):
- * "avx512-vnni" for W8A8 and per-channel W8A16, else "avx2". */
-const char *npc_int8_isa(void) { return NPC_VNNI ? "avx512-vnni" : "avx2"; }
+ * "avx512-vnni" for W8A8 and per-channel W8A16, else "avx2"; on aarch64 "neon-dotprod" (W8A8 on
+ * sdot, the rest on NEON) or "neon". */
+const char *npc_int8_isa(void) {
+#if defined(__aarch64__)
+    return NPC_SDOT ? "neon-dotprod" : "neon";
+#else
+    return NPC_VNNI ? "avx512-vnni" : "avx2";
+#endif
+}
 
 /* The whole W8A8 layer in one call (one crossing from Python per layer): quantize the fp32
  * rows, then the integer product. wsum: sum_k w[n, k] per weight row (int32 [N]), which the
@@ -800,6 +820,21 @@ int npc_w8a8_f32(const float *x, int per_token, float static_scale, const int8_t
     v8_gemm(u, ldu, w, wsum, su, sw, y, M, N, K, nthreads);
     free(u);
     free(su);
+    return 0;
+#elif NPC_SDOT
+    (void)wsum; /* signed x signed: no correction */
+    const int64_t ld8 = s8_ld(K);
+    int8_t *q8 = (int8_t *)malloc((size_t)(M * ld8));
+    float *s8 = (float *)malloc((size_t)M * sizeof(float));
+    if (!q8 || !s8) {
+        free(q8);
+        free(s8);
+        return -1;
+    }
+    quantize_rows_s8(x, M, K, per_token, static_scale, q8, ld8, s8);
+    s8_gemm(q8, ld8, w, s8, sw, y, M, N, K, nthreads);
+    free(q8);
+    free(s8);
     return 0;
 #else
     (void)wsum; /* the int16 path needs no correction */

