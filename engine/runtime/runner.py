@@ -189,8 +189,9 @@ class FallbackRunner:
 
     path_kind = "fallback"
 
-    def __init__(self, model: Any, num_slots: int, max_len: int):
+    def __init__(self, model: Any, num_slots: int, max_len: int, reason: str = ""):
         self.model = model
+        self.reason = reason  # "runs unbatched: ...", shown by /v1/models and the Models page
         self.max_len = max_len
         self.device = next(model.parameters()).device
         # transformers renamed `past_key_values` to `cache` (5.x deprecation); use what exists
@@ -266,8 +267,10 @@ def _one_by_one(runner: Any, items: list, decode_count: int):
 
 def make_runner(model: Any, num_slots: int, max_len: int, force_fallback: bool = False,
                 kv_dtype: str = "auto", linear_kernels: str = "auto"):
-    ok, _why = supports_batched(model, max_len)
+    ok, why = supports_batched(model, max_len)
     if ok and not force_fallback:
         return BatchedRunner(model, num_slots, max_len, kv_dtype=kv_dtype,
                              linear_kernels=linear_kernels)
-    return FallbackRunner(model, num_slots, max_len)
+    reason = "runs unbatched: " + (why if not ok else "the batched path was turned off")
+    log.info("%s", reason)
+    return FallbackRunner(model, num_slots, max_len, reason)
