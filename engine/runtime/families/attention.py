@@ -111,7 +111,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
            window: int | None = None, softcap: float | None = None) -> torch.Tensor:
     """Write this step's k / v [N, kvh, hd] into one layer's cache [slots, kvh, L, hd] and
     attend q [N, nh, hd] against it. Returns [N, nh * hd] in the cache's dtype."""
-    n_tok, nh, hd = q.shape
+    _, nh, hd = q.shape
     kvh = k.shape[1]
     groups = nh // kvh
     kdt = k_cache.dtype
