@@ -27,6 +27,7 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.mark.slow  # the GGUF -> folder conversion runs in a child process (~10 s on a quiet box)
 @pytest.mark.parametrize("family", sorted(SHAPES))
 def test_gguf_written_family_loads_and_runs_batched(tmp_path, family):
     from npu_console.engine.models import load_model
