@@ -217,6 +217,22 @@ def check_demo_model() -> Check:
     return Check("demo model", "ok", f"{report.summary()} at {DEMO_MODEL_DIR}")
 
 
+def check_model(path: str | Path) -> Check:
+    """A model the user brings: whether it loads, and whether it runs batched (our family
+    modules) or one request at a time through transformers."""
+    from npu_console.engine.models.folder import inspect_model_folder
+
+    report = inspect_model_folder(Path(path))
+    if not report.ok:
+        return Check("model", "fail", str(report.problems[0]))
+    if report.unbatched_reason:
+        return Check("model", "warn", f"{report.summary()}: {report.unbatched_reason}",
+                     "it loads and runs through transformers, one request at a time; "
+                     "batching and the native kernels need a family module "
+                     "(engine/runtime/families)")
+    return Check("model", "ok", f"{report.summary()}: batched")
+
+
 def check_gui_extra() -> Check:
     """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
     without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
@@ -246,7 +262,7 @@ def check_display() -> Check:
                  "run `xvfb-run npu-console gui`, use ssh -X, or `npu-console serve` for the headless API")
 
 
-def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
+def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check]:
     from npu_console.engine.paths import state_dir
 
     checks = [check_python()]
@@ -260,6 +276,8 @@ def run_checks(npu_smi: str = "npu-smi") -> list[Check]:
     checks.append(check_env())
     checks.append(check_disk(state_dir()))
     checks.append(check_demo_model())
+    if model is not None:
+        checks.append(check_model(model))
     checks.append(check_gui_extra())
     checks.append(check_display())
     return checks

@@ -238,7 +238,7 @@ class ModelsPage(Page):
                           + (f" · {report.quantization}" if report.quantization else "")
                           + (" · GGUF" if report.source_format == "gguf" else ""))
         f["template"].setText("yes" if report.has_chat_template else "no (plain prompt)")
-        f["path_kind"].setText("batched" if report.batched else "generic fallback")
+        f["path_kind"].setText("batched" if report.batched else report.unbatched_reason)
         self.warnings.setText("\n".join(f"⚠ {w}" for w in report.warnings))
         existing = {m.name for m in self.ctx.engine_host.models()}
         name = Path(report.path).stem if report.source_format == "gguf" else Path(report.path).name
@@ -396,4 +396,6 @@ def kernels_tip(m) -> str:
         tip = f"{m.path_kind} runner; float decode products on {kernels}"
     if m.int8_kernels:
         tip += f"; int8 products on {m.int8_kernels}"
+    if getattr(m, "unbatched_reason", ""):
+        tip = f"{m.unbatched_reason}; {tip}"
     return tip

@@ -30,6 +30,8 @@ def model_card(m: ModelInfo, expose_paths: bool = False) -> dict:
         "path_kind": m.path_kind,
         "linear_kernels": m.linear_kernels,
         "decode_step": m.decode_step,
+        # "" when batched; else "runs unbatched: no native support for X"
+        "unbatched_reason": m.unbatched_reason,
         "int8_kernels": m.int8_kernels,
         # how chat replies are split into reasoning_content and content (None: not split)
         "reasoning_parser": m.reasoning_parser,

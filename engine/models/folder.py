@@ -14,9 +14,13 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Architectures our batched runner implements; others load through the generic fallback.
+# Architectures our batched runner implements (engine.runtime.families' modules, which a test
+# holds this set to: this module may import neither torch nor the runtime); others load
+# through the generic fallback, one sequence at a time.
 BATCHED_ARCHITECTURES = {
     "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
 }
 
 _DTYPE_BYTES = {
@@ -70,6 +74,13 @@ class ModelFolderReport:
     @property
     def batched(self) -> bool:
         return self.architecture in BATCHED_ARCHITECTURES
+
+    @property
+    def unbatched_reason(self) -> str:
+        """"" for a batched architecture, else what the engine will say of it."""
+        if self.batched:
+            return ""
+        return f"runs unbatched: no native support for {self.architecture or 'this architecture'}"
 
     def summary(self) -> str:
         """One line for lists and the status bar."""

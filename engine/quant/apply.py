@@ -110,20 +110,21 @@ def quantize_head(model: Any) -> dict:
     """lm_head -> int8 weight-only QuantLinear (per-row scales: exactly per output token), the
     input embedding -> QuantEmbedding (sharing the head's int8 table when the model ties them).
     Weight-only for the head whatever the method: the logits are the most sensitive product."""
+    from npu_console.engine.quant.head import embedding_scale, unsupported
     from npu_console.engine.quant.qlinear import QuantEmbedding
 
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if type(head) is not torch.nn.Linear or type(emb) is not torch.nn.Embedding:
-        raise QuantError("--int8-head needs a plain linear lm_head and a token embedding; "
-                         f"this model has {type(head).__name__} and {type(emb).__name__}")
+    why = unsupported(model)
+    if why:
+        raise QuantError(f"--int8-head is not possible for this model: {why}")
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    scale = embedding_scale(emb)
     tied = head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
     head_name, emb_name = _module_name(model, head), _module_name(model, emb)
     qhead = QuantLinear.from_linear(head, "w8a16")
     qhead.act_rows = "token"  # its input is the final norm's: int16 rows per token suffice
     set_module(model, head_name, qhead)
-    set_module(model, emb_name, QuantEmbedding.tied(qhead) if tied
-               else QuantEmbedding.from_embedding(emb))
+    set_module(model, emb_name, QuantEmbedding.tied(qhead, scale) if tied
+               else QuantEmbedding.from_embedding(emb, scale))
     return {"head": head_name, "embedding": emb_name, "tied": tied}
 
 

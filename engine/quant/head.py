@@ -39,6 +39,36 @@ def head_mode(value: str | bool | None) -> str:
     return value
 
 
+def embedding_scale(emb: Any) -> float | None:
+    """The factor a token embedding multiplies its rows by: 1.0 for a plain nn.Embedding, the
+    stored scale of a scaled one (Gemma's `*TextScaledWordEmbedding`: sqrt(hidden)), None for
+    any other module (its lookup does something an int8 table would not)."""
+    import torch
+
+    if type(emb) is torch.nn.Embedding:
+        return 1.0
+    if isinstance(emb, torch.nn.Embedding) and type(emb).__name__.endswith("ScaledWordEmbedding"):
+        scale = getattr(emb, "scalar_embed_scale", None)
+        if scale is None and getattr(emb, "embed_scale", None) is not None:
+            scale = float(emb.embed_scale)
+        return None if scale is None else float(scale)
+    return None
+
+
+def unsupported(model: Any) -> str:
+    """Why this model cannot take the int8 head and embedding ("" when it can): the head must be
+    a plain nn.Linear and the embedding a plain or scaled nn.Embedding, each the model's own."""
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if type(head) is not torch.nn.Linear:
+        return f"its lm_head is {type(head).__name__}, not a plain linear layer"
+    if emb is None or embedding_scale(emb) is None:
+        return f"its token embedding is {type(emb).__name__}, which has no int8 form here"
+    return ""
+
+
 def share_of_model(model: Any) -> float:
     """The head's share of the model's weights (each tensor counted once: a tied table once)."""
     seen: set[int] = set()
@@ -99,12 +129,21 @@ class HeadDecision:
 
 
 def decide(mode: str | bool | None, share: float | None, fmt: str = "native",
-           device: str = "cpu", method: str | None = None) -> HeadDecision:
+           device: str = "cpu", method: str | None = None,
+           not_possible: str = "") -> HeadDecision:
     """The head for one run. An explicit 'on' with a format other than native is refused by the
     request check before this; 'auto' with one means a float head for that export, and so
-    does 'auto' on an Ascend device (its int8 matmul caps N at 65535, below a vocabulary)."""
+    does 'auto' on an Ascend device (its int8 matmul caps N at 65535, below a vocabulary).
+    `not_possible`: why this model cannot take an int8 head (`unsupported(model)`): 'on' is
+    then refused here, right after the load and before any calibration, and 'auto' keeps
+    the head float."""
     mode = head_mode(mode)
     pct = "unknown" if share is None else f"{100 * share:.0f} %"
+    if not_possible and mode == "on":
+        raise QuantError(f"--int8-head on is not possible for this model: {not_possible}; "
+                         "use --int8-head auto or off")
+    if not_possible and mode == "auto":
+        return HeadDecision(mode, False, share, f"auto: the head stays float ({not_possible})")
     if mode == "on":
         return HeadDecision(mode, True, share, f"asked for (head = {pct} of the weights)")
     if mode == "off":

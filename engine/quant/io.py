@@ -288,13 +288,16 @@ def _install_layers(model: Any, layers: dict[str, tuple[str, int]], dtype: torch
 
 def _install_head(model: Any, head: dict, dtype: torch.dtype) -> None:
     """The QuantEmbedding of an int8-head export (its lm_head is among the int8 layers)."""
+    from npu_console.engine.quant.head import embedding_scale
     from npu_console.engine.quant.qlinear import QuantEmbedding
 
     qhead = model.get_submodule(head["head"])
     qhead.act_rows = "token"  # as engine.quant.apply.quantize_head made it
     emb = model.get_submodule(head["embedding"])
-    set_module(model, head["embedding"], QuantEmbedding.tied(qhead) if head["tied"]
-               else QuantEmbedding(emb.num_embeddings, emb.embedding_dim, dtype))
+    scale = embedding_scale(emb) or 1.0  # Gemma's sqrt(hidden): the architecture's, not saved
+    set_module(model, head["embedding"], QuantEmbedding.tied(qhead, scale) if head["tied"]
+               else QuantEmbedding(emb.num_embeddings, emb.embedding_dim, dtype,
+                                   embed_scale=scale))
 
 
 def _finish(model: Any, tensors: dict[str, torch.Tensor], info: QuantInfo, device: str) -> Any:

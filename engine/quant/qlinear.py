@@ -42,14 +42,18 @@ class QuantLinear(Int8Linear):
 class QuantEmbedding(nn.Module):
     """Token embedding stored as int8 rows with one fp32 scale per row; a lookup dequantizes
     only the rows it reads. With a tied model it owns nothing and reads the int8 lm_head's
-    weight and scales (one int8 copy of the vocabulary matrix, as the float model had one)."""
+    weight and scales (one int8 copy of the vocabulary matrix, as the float model had one).
+    `embed_scale`: the factor a scaled embedding multiplies its rows by (Gemma's sqrt(hidden),
+    `*ScaledWordEmbedding`); it is a property of the architecture, so it is not saved: the
+    loader takes it from the freshly built model's own embedding."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype,
-                 tied_to: QuantLinear | None = None):
+                 tied_to: QuantLinear | None = None, embed_scale: float = 1.0):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.float_dtype = dtype
+        self.embed_scale = float(embed_scale)
         # a plain attribute in a tuple, not a submodule: the head is saved and moved as lm_head
         self._tied = (tied_to,) if tied_to is not None else None
         if tied_to is None:
@@ -60,17 +64,18 @@ class QuantEmbedding(nn.Module):
             tied_to.keep_plain_weight = True
 
     @classmethod
-    def from_embedding(cls, emb: nn.Embedding) -> QuantEmbedding:
+    def from_embedding(cls, emb: nn.Embedding, embed_scale: float = 1.0) -> QuantEmbedding:
         w = emb.weight.detach()
-        mod = cls(emb.num_embeddings, emb.embedding_dim, w.dtype)
+        mod = cls(emb.num_embeddings, emb.embedding_dim, w.dtype, embed_scale=embed_scale)
         q, s = qmath.quantize_weight(w)
         mod.weight.copy_(q)
         mod.weight_scale.copy_(s)
         return mod.to(w.device)
 
     @classmethod
-    def tied(cls, head: QuantLinear) -> QuantEmbedding:
-        return cls(head.out_features, head.in_features, head.float_dtype, tied_to=head)
+    def tied(cls, head: QuantLinear, embed_scale: float = 1.0) -> QuantEmbedding:
+        return cls(head.out_features, head.in_features, head.float_dtype, tied_to=head,
+                   embed_scale=embed_scale)
 
     @property
     def is_tied(self) -> bool:
@@ -86,8 +91,13 @@ class QuantEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         q, scale = self._tables()
         rows = q[ids].to(torch.float32) * scale[ids].unsqueeze(-1)
+        if self.embed_scale != 1.0:
+            # as the float module does it: the scale rounded to the float dtype first
+            rows = rows.to(self.float_dtype) * torch.tensor(self.embed_scale,
+                                                            dtype=self.float_dtype)
         return rows.to(self.float_dtype)
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, int8"
+                + (f", scaled by {self.embed_scale:g}" if self.embed_scale != 1.0 else "")
                 + (", tied to lm_head" if self.is_tied else ""))

@@ -337,9 +337,11 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
     elif getattr(loaded, "quantization", None):
         raise QuantError(f"{loaded.name} is already quantized ({loaded.quantization})")
     from npu_console.engine.quant.evaluate import weight_bytes
-    from npu_console.engine.quant.head import share_of_model
+    from npu_console.engine.quant.head import share_of_model, unsupported
 
-    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device, cfg.method)
+    # before any calibration: an impossible --int8-head on fails here, auto never picks it
+    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device, cfg.method,
+                  unsupported(loaded.model))
     cfg = replace(cfg, int8_head=head.int8_head)
     _check_device(req, cfg, loaded.model)
     float_bytes = weight_bytes(loaded.model)

@@ -354,6 +354,7 @@ class RemoteEngine:
             weight_bytes=0, kv_bytes=0, path_kind="remote",
             created=float(card.get("created") or 0.0),
             sampling_defaults=tuple(_numbers(card.get("sampling_defaults")).items()),
+            unbatched_reason=str(card.get("unbatched_reason") or ""),
             reasoning_parser=card.get("reasoning_parser") if isinstance(
                 card.get("reasoning_parser"), str) else None)
 

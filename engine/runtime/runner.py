@@ -1,13 +1,12 @@
 """Model runners: turn one scheduled step into logits for the sequences that sample.
 
-`BatchedRunner` runs Llama-shaped decoders (Llama, Qwen2, Qwen3, Mistral) with our own forward
-over the Hugging Face module's submodules: all tokens of the step (decode tokens and prefill
-chunks) go through the linear layers as one flat batch, so the weights are read once per step;
-attention is done per group (all decodes together with a length mask, each prefill chunk with a
-causal mask) against the preallocated slot KV cache. Projections and MLPs are called as modules,
-never through `.weight`, so quantized replacements of nn.Linear work unchanged; plain fp32
-linears on CPU go to the native decode kernel instead (engine.runtime.cpu_linear). The runner
-looks the modules up once, so a model is quantized before it is served, not while.
+`BatchedRunner` schedules a step's rows for the model's family module (engine.runtime.families:
+one module per architecture, built from shared pieces): all tokens of the step (decode tokens
+and prefill chunks) go through the linear layers as one flat batch, so the weights are read
+once per step; attention is done per group (all decodes together with a length mask, each
+prefill chunk with a causal mask) against the preallocated slot KV cache. A step of decode
+rows only, for the families whose math the native step covers, runs every layer in one
+native call (engine.runtime.native_decode).
 
 `FallbackRunner` serves any other causal LM through its own HF forward and cache, one sequence
 at a time.
@@ -20,38 +19,25 @@ import logging
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from npu_console.engine.runtime import cpu_linear, native_decode
+from npu_console.engine.runtime import cpu_linear, families, native_decode
+from npu_console.engine.runtime.families.attention import StepLayout
 from npu_console.engine.runtime.kv_cache import KVCache
 from npu_console.engine.runtime.scheduler import ScheduledSeq
 from npu_console.engine.runtime.sequence import Sequence
 
 log = logging.getLogger(__name__)
 
-BATCHED_MODEL_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
 
 def supports_batched(model: Any, max_len: int) -> tuple[bool, str]:
-    """Whether BatchedRunner can run `model`, and why not."""
-    cfg = model.config
-    mtype = getattr(cfg, "model_type", "")
-    if mtype not in BATCHED_MODEL_TYPES:
-        return False, f"model type {mtype!r} has no batched path"
-    inner = getattr(model, "model", None)
-    for attr in ("embed_tokens", "layers", "norm", "rotary_emb"):
-        if not hasattr(inner, attr):
-            return False, f"model has no model.{attr}"
-    if not hasattr(model, "lm_head"):
-        return False, "model has no lm_head"
-    window = getattr(cfg, "sliding_window", None)
-    if window and getattr(cfg, "use_sliding_window", True) and window < max_len:
-        return False, f"sliding-window attention ({window}) is not in the batched path"
-    return True, ""
+    """Whether BatchedRunner can run `model`, and why not ("no native support for X")."""
+    fam, why = families.build(model, max_len)
+    return fam is not None, why
+
+
+def unbatched_reason(model: Any, max_len: int = 2048) -> str:
+    """What the engine says of a model off the batched path ("" when it is batched)."""
+    ok, why = supports_batched(model, max_len)
+    return "" if ok else f"runs unbatched: {why}"
 
 
 # lm_head (and a tied embedding) at least this big is stored transposed on CPU; see below
@@ -104,54 +90,43 @@ class BatchedRunner:
     def __init__(self, model: Any, num_slots: int, max_len: int, kv_dtype: str = "auto",
                  head_layout: str = "auto", linear_kernels: str = "auto"):
         self.model = model
-        cfg = model.config
-        self.inner = model.model
-        self.layers = list(self.inner.layers)
+        fam, why = families.build(model, max_len)
+        if fam is None:
+            raise ValueError(f"no batched path: {why}")
+        self.family = fam
+        self.family_name = fam.name
+        self.inner = fam.inner
+        self.layers = fam.layers
         # fp32 products of decode-sized batches on the native kernel (engine.runtime.cpu_linear);
         # it reads nn.Linear's own layout, so a big head stays as it is
         native = linear_kernels != "torch" and cpu_linear.native_f32_available()
         self.linear_kernels = "torch"
-        if native and any(cpu_linear.applies(m) for m in self._linears()):
+        if native and any(cpu_linear.applies(m) for m in fam.linears() if m is not None):
             self.linear_kernels = "native"
             head_layout = "nt" if head_layout == "auto" else head_layout
         self.transposed_head = use_transposed_head(model, head_layout)
         on = self.linear_kernels == "native"
-        self._calls = [self._layer_calls(layer, on) for layer in self.layers]
-        self._head = cpu_linear.linear_fn(model.lm_head, on and not self.transposed_head)
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
-        attn0 = self.layers[0].self_attn
-        self.scaling = getattr(attn0, "scaling", self.head_dim ** -0.5)
-        self.has_qk_norm = hasattr(attn0, "q_norm") and hasattr(attn0, "k_norm")
-        embed = self.inner.embed_tokens
-        # an int8 embedding (QuantEmbedding) declares the float dtype it produces
-        self.dtype = getattr(embed, "float_dtype", None) or embed.weight.dtype
-        self.device = self.inner.norm.weight.device
+        fam.bind(on, on and not self.transposed_head)
+        self.num_heads, self.num_kv_heads = fam.num_heads, fam.num_kv_heads
+        self.head_dim, self.scaling = fam.head_dim, fam.scaling
+        self.has_qk_norm = fam.has_qk_norm
+        self.dtype, self.device = fam.dtype, fam.device
         self.max_len = max_len
         self.kv = KVCache(len(self.layers), num_slots, self.num_kv_heads, max_len, self.head_dim,
                           resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
         # steps made only of decode rows: every layer in one native call (native_decode.py)
-        self.decode_plan, self.decode_plan_reason = (
-            native_decode.plan_for(self) if linear_kernels != "torch"
-            else (None, "PyTorch kernels requested"))
+        if linear_kernels == "torch":
+            self.decode_plan, self.decode_plan_reason = None, "PyTorch kernels requested"
+        elif not fam.native_decode:
+            self.decode_plan, self.decode_plan_reason = (
+                None, f"the native step does not cover the {fam.name} family")
+        elif any(fam.windows):
+            self.decode_plan, self.decode_plan_reason = (
+                None, "sliding-window layers shorter than a slot")
+        else:
+            self.decode_plan, self.decode_plan_reason = native_decode.plan_for(self)
         if self.decode_plan is None:
             log.info("decode steps on PyTorch: %s", self.decode_plan_reason)
-
-    @staticmethod
-    def _layer_calls(layer: Any, native: bool) -> tuple:
-        """(q, k, v, o projections, MLP) of one layer: each the module or its native stand-in."""
-        a = layer.self_attn
-        projections = (a.q_proj, a.k_proj, a.v_proj, a.o_proj)
-        return (*(cpu_linear.linear_fn(p, native) for p in projections),
-                cpu_linear.mlp_fn(layer.mlp, native))
-
-    def _linears(self):
-        for layer in self.layers:
-            a = layer.self_attn
-            yield from (a.q_proj, a.k_proj, a.v_proj, a.o_proj)
-            yield from (getattr(layer.mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj"))
-        yield getattr(self.model, "lm_head", None)
 
     @property
     def kv_bytes(self) -> int:
@@ -188,114 +163,25 @@ class BatchedRunner:
         dev = self.device
         n_tok = len(ids)
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
         if (self.decode_plan is not None and decode_count == len(items)
                 and 0 < n_tok <= native_decode.MAX_ROWS):
-            return self._native_decode(ids_t, pos_t, torch.tensor(slots))
-        slot_t = torch.tensor(slots, dtype=torch.long, device=dev)
-
-        h = self.inner.embed_tokens(ids_t)[None]  # [1, N, H]: HF modules expect a batch dim
-        cos, sin = self.inner.rotary_emb(h, pos_t[None])
-        cos = cos[0][:, None, :]  # [N, 1, hd], broadcast over heads
-        sin = sin[0][:, None, :]
-
-        # per-step attention inputs shared by all layers
-        dec = items[:decode_count]
-        dec_view = None
-        dec_mask = None
-        dec_perm = dec_unperm = None
-        if dec:
-            # attention runs in slot order: when the running sequences fill a range of slots
-            # (the usual case under load) K/V are a view of the cache, not a gathered copy
-            order = sorted(range(decode_count), key=lambda i: dec[i].seq.slot)
-            if order != list(range(decode_count)):
-                dec_perm = torch.tensor(order, device=dev)
-                dec_unperm = torch.argsort(dec_perm)
-            dec_slots = [dec[i].seq.slot for i in order]
-            dec_len = [dec[i].start + 1 for i in order]
-            lmax = max(dec_len)
-            s0 = dec_slots[0]
-            contiguous = dec_slots == list(range(s0, s0 + len(dec_slots)))
-            dec_view = (s0, len(dec_slots), lmax) if contiguous else (
-                torch.tensor(dec_slots, device=dev), None, lmax)
-            lens_t = torch.tensor(dec_len, device=dev)
-            # True where a key lies beyond the sequence's length (masked out)
-            dec_mask = (torch.arange(lmax, device=dev)[None, :] >= lens_t[:, None])[:, None, None, :]
-        pre = []
-        off = decode_count
-        for it in items[decode_count:]:
-            mask = None
-            if it.start > 0:
-                q_pos = torch.arange(it.start, it.start + it.num_tokens, device=dev)
-                mask = torch.arange(it.start + it.num_tokens, device=dev)[None, :] <= q_pos[:, None]
-            pre.append((off, it.num_tokens, it.seq.slot, it.start + it.num_tokens, mask))
-            off += it.num_tokens
-
-        nh, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        groups = nh // kvh
-        kc, vc = self.kv.k, self.kv.v
-        kdt = kc.dtype
-        for li, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            q_proj, k_proj, v_proj, o_proj, mlp = self._calls[li]
-            x = layer.input_layernorm(h)
-            q = q_proj(x).view(n_tok, nh, hd)
-            k = k_proj(x).view(n_tok, kvh, hd)
-            v = v_proj(x).view(n_tok, kvh, hd)
-            if self.has_qk_norm:
-                q = attn.q_norm(q)
-                k = attn.k_norm(k)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            k_l, v_l = kc[li], vc[li]  # [slots, kvh, L, hd]
-            k_l[slot_t, :, pos_t] = k.to(kdt)
-            v_l[slot_t, :, pos_t] = v.to(kdt)
-
-            outs = []
-            if dec:
-                a, b, lmax = dec_view
-                if b is not None:
-                    kk, vv = k_l[a:a + b, :, :lmax], v_l[a:a + b, :, :lmax]
-                else:  # gather only the first lmax rows of the scattered slots
-                    kk = k_l[:, :, :lmax].index_select(0, a)
-                    vv = v_l[:, :, :lmax].index_select(0, a)
-                # single-query attention as two batched matmuls with the query heads of a KV
-                # head grouped together (GQA without repeating K/V); on CPU this is several
-                # times faster than SDPA's kernel for one query row
-                qd = q[:decode_count]
-                if dec_perm is not None:
-                    qd = qd.index_select(0, dec_perm)
-                qd = qd.to(kdt).view(decode_count, kvh, groups, hd)
-                scores = torch.matmul(qd, kk.transpose(-1, -2)) * self.scaling
-                scores = scores.masked_fill(dec_mask, float("-inf"))
-                o = torch.matmul(torch.softmax(scores, dim=-1), vv).reshape(decode_count, nh * hd)
-                outs.append(o if dec_unperm is None else o.index_select(0, dec_unperm))
-            for (o0, n, slot, ctx, mask) in pre:
-                qp = q[o0:o0 + n].to(kdt).transpose(0, 1)[None]  # [1, nh, n, hd]
-                kk = k_l[slot:slot + 1, :, :ctx]
-                vv = v_l[slot:slot + 1, :, :ctx]
-                o = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=mask,
-                                                   is_causal=mask is None, scale=self.scaling,
-                                                   enable_gqa=True)
-                outs.append(o[0].transpose(0, 1).reshape(n, nh * hd))
-            o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
-            h = h + o_proj(o.to(h.dtype)[None])
-            h = h + mlp(layer.post_attention_layernorm(h))
-
+            return self._native_decode(ids_t, torch.tensor(pos, dtype=torch.long),
+                                       torch.tensor(slots))
+        step = StepLayout.build(items, decode_count, pos, slots, dev)
+        h = self.family.forward(self.family.embed(ids_t), step, self.kv.k, self.kv.v)
         if not sample_rows:
             return torch.empty(0, 0)
         rows = torch.tensor(sample_rows, device=dev)
-        last = self.inner.norm(h[0].index_select(0, rows))
-        return self._head(last).float()
+        return self.family.logits(h[0].index_select(0, rows))
 
     def _native_decode(self, ids_t: torch.Tensor, pos_t: torch.Tensor,
                        slot_t: torch.Tensor) -> torch.Tensor:
         """A step of decode rows only (one token per sequence, all sampling) in one native
-        call; the same result as the loop above, up to float summation order."""
-        h = self.inner.embed_tokens(ids_t).contiguous()  # [N, H] float32
+        call; the same result as the family's forward, up to float summation order."""
+        h = self.family.embed(ids_t)[0].contiguous()  # [N, H] float32
         cos, sin = self.inner.rotary_emb(h[None], pos_t[None])
         self.decode_plan.run(h, slot_t, pos_t, cos[0], sin[0])
-        return self._head(self.decode_plan.final_norm(h)).float()
+        return self.family.cap(self.family.head_fn(self.decode_plan.final_norm(h)).float())
 
 
 class FallbackRunner:
@@ -303,8 +189,9 @@ class FallbackRunner:
 
     path_kind = "fallback"
 
-    def __init__(self, model: Any, num_slots: int, max_len: int):
+    def __init__(self, model: Any, num_slots: int, max_len: int, reason: str = ""):
         self.model = model
+        self.reason = reason  # "runs unbatched: ...", shown by /v1/models and the Models page
         self.max_len = max_len
         self.device = next(model.parameters()).device
         # transformers renamed `past_key_values` to `cache` (5.x deprecation); use what exists
@@ -380,8 +267,10 @@ def _one_by_one(runner: Any, items: list, decode_count: int):
 
 def make_runner(model: Any, num_slots: int, max_len: int, force_fallback: bool = False,
                 kv_dtype: str = "auto", linear_kernels: str = "auto"):
-    ok, _why = supports_batched(model, max_len)
+    ok, why = supports_batched(model, max_len)
     if ok and not force_fallback:
         return BatchedRunner(model, num_slots, max_len, kv_dtype=kv_dtype,
                              linear_kernels=linear_kernels)
-    return FallbackRunner(model, num_slots, max_len)
+    reason = "runs unbatched: " + (why if not ok else "the batched path was turned off")
+    log.info("%s", reason)
+    return FallbackRunner(model, num_slots, max_len, reason)

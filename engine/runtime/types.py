@@ -248,6 +248,8 @@ class ModelInfo:
     # what runs steps made only of decode rows: "native" (every layer in one call,
     # engine.runtime.native_decode) or "torch" (the runner's PyTorch loop)
     decode_step: str = "torch"
+    # "" on the batched path; else why not, e.g. "runs unbatched: no native support for X"
+    unbatched_reason: str = ""
     # what runs the int8 layers, e.g. "native-avx512-vnni", "native-avx2" or "fbgemm" (several
     # joined by "+"); "" if none
     int8_kernels: str = ""

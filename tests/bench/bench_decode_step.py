@@ -73,7 +73,7 @@ def measure(model, variant: str, batch: int, steps: int) -> dict:
             plan.run(h.clone(), torch.arange(batch), pos, cos[0], sin[0])
             layers.append(time.perf_counter() - t)
             t = time.perf_counter()
-            runner._head(runner.inner.norm(h))
+            runner.family.head_fn(runner.inner.norm(h))
             head.append(time.perf_counter() - t)
     def ms(xs: list[float]) -> float:
         return round(statistics.median(xs) * 1000, 2)

@@ -58,7 +58,7 @@ def main() -> int:
                 t.append(time.perf_counter())
                 normed = plan.final_norm(h)
                 t.append(time.perf_counter())
-                runner._head(normed)
+                runner.family.head_fn(normed)
                 t.append(time.perf_counter())
                 for k, a, z in zip(parts, t, t[1:]):
                     parts[k].append((z - a) * 1000)

@@ -37,3 +37,60 @@ def write_gguf(path: Path, arch: str = "llama", tokenizer: bool = True) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+GGUF_ARCH = {"qwen2": "QWEN2", "qwen3": "QWEN3", "gemma3": "GEMMA3"}
+
+
+def write_model_gguf(model, path: Path) -> Path:
+    """`model` (a tiny transformers qwen2 / qwen3 / gemma3 model) as an F32 GGUF, laid out as
+    llama.cpp's converter lays it out (tensor names from the gguf package's own map; Gemma's
+    norms stored as 1 + w, which transformers' reader takes back off), with a byte-level
+    word tokenizer of its vocabulary so transformers can read the file back."""
+    import gguf
+
+    cfg = model.config
+    family = cfg.model_type.removesuffix("_text")
+    arch = getattr(gguf.MODEL_ARCH, GGUF_ARCH[family])
+    name = gguf.MODEL_ARCH_NAMES[arch]
+    names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(str(path), name)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(float(cfg.rope_parameters.get("rope_theta", 10000.0))
+                         if "rope_theta" in cfg.rope_parameters
+                         else float(cfg.rope_parameters["full_attention"]["rope_theta"]))
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    if family == "gemma3":
+        w.add_sliding_window(cfg.sliding_window)
+    tokens = [f"w{i}" for i in range(cfg.vocab_size)]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    tied = getattr(cfg, "tie_word_embeddings", False)
+    for hf_name, t in model.state_dict().items():
+        if tied and hf_name == "lm_head.weight":
+            continue  # a tied model's GGUF has no output table
+        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise ValueError(f"no GGUF name for {hf_name}")
+        data = t.detach().float().numpy()
+        if family == "gemma3" and hf_name.endswith("norm.weight"):
+            data = data + 1.0
+        w.add_tensor(gguf_name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

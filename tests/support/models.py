@@ -17,14 +17,39 @@ COMMON = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
 WIDE = {"hidden_size": 256, "intermediate_size": 512}
 
 
+# each family's quirks switched on (the sizes stay COMMON's): windows shorter than the test
+# prompts, soft-caps, partial rotary, a query scale that is not head_dim's, routed experts
+QUIRKS = {
+    "qwen3": {"head_dim": 16},
+    "gemma2": {"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 6,
+               "layer_types": ["sliding_attention", "full_attention"],
+               "attn_logit_softcapping": 20.0, "final_logit_softcapping": 10.0},
+    "gemma3": {"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 6,
+               "num_hidden_layers": 3,
+               "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+    "phi3": {"pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 0.5}},
+    "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 64},
+    "qwen3_moe": {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 32, "norm_topk_prob": True},
+}
+
+
+def _config_class(family: str):
+    import transformers as tf
+
+    return {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
+            "mistral": tf.MistralConfig, "gemma2": tf.Gemma2Config,
+            "gemma3": tf.Gemma3TextConfig, "phi3": tf.Phi3Config,
+            "qwen2_moe": tf.Qwen2MoeConfig, "qwen3_moe": tf.Qwen3MoeConfig}[family]
+
+
 def tiny(family: str, **overrides):
     import transformers as tf
     from npu_console.engine.models.loader import LoadedModel
 
-    cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
-           "mistral": tf.MistralConfig}[family]
-    extra = {"head_dim": 16} if family == "qwen3" else {}
-    cfg = cls(**{**COMMON, **extra, **overrides})
+    cfg = _config_class(family)(**{**COMMON, **QUIRKS.get(family, {}), **overrides})
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     tok = _tokenizer(cfg.vocab_size)

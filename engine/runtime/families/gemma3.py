@@ -1,0 +1,27 @@
+"""Gemma 3 (text): Gemma 2's layer (sandwich norms, (1 + w) RMSNorm, GeGLU, scaled embeddings)
+with q/k norms instead of the attention soft-cap, five sliding-window layers to one global one
+(config.layer_types), and a rotary table per layer type (local theta 10k, global 1M with its
+own scaling)."""
+
+from __future__ import annotations
+
+import torch
+from npu_console.engine.runtime.families import gemma2
+
+ARCHITECTURES = ("Gemma3ForCausalLM",)
+
+
+class Family(gemma2.Family):
+    name = "gemma3"
+
+    def check(self) -> str:
+        if getattr(self.cfg, "use_bidirectional_attention", False):
+            return "bidirectional attention (an embedding model, not a causal LM)"
+        return super().check()
+
+    def rotary(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
+        tables = {}
+        for kind in set(self.cfg.layer_types):
+            cos, sin = self.inner.rotary_emb(h, pos_t[None], kind)
+            tables[kind] = (cos[0][:, None, :], sin[0][:, None, :])
+        return [tables[self.cfg.layer_types[li]] for li in range(len(self.layers))]
