@@ -83,17 +83,32 @@ class RequestLogMiddleware:
 
 
 class ApiKeyMiddleware:
-    """Bearer check on every route but /health (and CORS preflights, which carry no key)."""
+    """Bearer check on every route but /health (and CORS preflights, which carry no key).
+
+    /v1/admin takes `admin_key` when one is set (the API key then opens only inference), else
+    the API key; without an API key, the other routes are open."""
 
     OPEN_PATHS = ("/health",)
+    ADMIN_PREFIX = "/v1/admin"
 
-    def __init__(self, app, api_key: str):
+    def __init__(self, app, api_key: str | None, admin_key: str | None = None):
         self.app = app
-        self._key = api_key.encode()
+        self._key = api_key.encode() if api_key else None
+        self._admin_key = admin_key.encode() if admin_key else None
+
+    def _required(self, path: str) -> tuple[bytes | None, str]:
+        if path == self.ADMIN_PREFIX or path.startswith(self.ADMIN_PREFIX + "/"):
+            if self._admin_key is not None:
+                return self._admin_key, "admin key"
+        return self._key, "API key"
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if (scope["type"] != "http" or scope.get("path") in self.OPEN_PATHS
                 or scope.get("method") == "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        key, what = self._required(scope.get("path", ""))
+        if key is None:
             await self.app(scope, receive, send)
             return
         given = b""
@@ -104,14 +119,14 @@ class ApiKeyMiddleware:
                     given = token.strip()
                 break
         # compare_digest on equal-type bytes: the time taken does not leak how much matched
-        if given and hmac.compare_digest(given, self._key):
+        if given and hmac.compare_digest(given, key):
             await self.app(scope, receive, send)
             return
         state = scope.get("state")
         if isinstance(state, dict) and INFO_KEY in state:
-            state[INFO_KEY].error = "missing or invalid API key"
-        message = ("invalid API key" if given else
-                   "missing API key: send 'Authorization: Bearer <key>'")
+            state[INFO_KEY].error = f"missing or invalid {what}"
+        message = (f"invalid {what}" if given else
+                   f"missing {what}: send 'Authorization: Bearer <key>'")
         await _send_json_error(send, 401, message, "authentication_error", "invalid_api_key",
                                [(b"www-authenticate", b"Bearer")])
 
@@ -141,9 +156,13 @@ class HostCheckMiddleware:
         if scope["type"] == "http":
             host = next((v for k, v in scope.get("headers", ()) if k == b"host"), None)
             name = host_name(host) if host is not None else None
-            if name is not None and not self.settings.host_allowed(name):
-                message = (f"host {name!r} is not served here (DNS rebinding guard); allow it "
-                           "with --allowed-hosts")
+            if name is None or not self.settings.host_allowed(name):
+                # no Host at all is refused too: every HTTP/1.1 client sends one, and a
+                # request without it could not be told from a rebinding page's
+                message = ("the request has no Host header (DNS rebinding guard)"
+                           if name is None else
+                           f"host {name[:200]!r} is not served here (DNS rebinding guard); "
+                           "allow it with --allowed-hosts")
                 state = scope.get("state")
                 if isinstance(state, dict) and INFO_KEY in state:
                     state[INFO_KEY].error = message

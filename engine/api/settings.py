@@ -41,6 +41,8 @@ class ApiSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    # /v1/admin's own key; None: admin takes the API key like every other route
+    admin_key: str | None = None
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     max_body_bytes: int = 1_000_000  # 413 above this, checked while the body arrives
     log_prompts: bool = False  # prompts/completions go to the log only when asked for
@@ -83,6 +85,12 @@ class ApiSettings:
             raise UnsafeSettingsError(
                 f"refusing to listen on {self.host} without an API key: pass --api-key KEY "
                 "(or bind 127.0.0.1)")
+        if "*" in self.cors_origins and not self.api_key:
+            raise UnsafeSettingsError(
+                "refusing --cors '*' without an API key: any web page could use this server; "
+                "pass --api-key KEY or name the origins (--cors http://app.example)")
+        if self.admin_key is not None and not self.admin_key.strip():
+            raise UnsafeSettingsError("--admin-key must not be empty")
         if self.max_body_bytes < 1024:
             raise UnsafeSettingsError("max_body_bytes must be at least 1024")
         if self.stream_interval_ms < 0:

@@ -36,10 +36,13 @@ def register(sub) -> None:
                    help="address to bind (default 127.0.0.1; any other needs --api-key)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                   help=f"require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}, which keeps "
-                        "the key out of the process list)")
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (or set "
+                        f"{API_KEY_ENV}, which keeps the key out of the process list): "
+                        "inference, /v1/models, /metrics, telemetry, and /v1/admin unless "
+                        "--admin-key gives admin its own key")
     p.add_argument("--cors", default=None, metavar="ORIGINS",
-                   help="comma-separated origins allowed by CORS (default: CORS off)")
+                   help="comma-separated origins allowed by CORS, the only web pages that may "
+                        "send requests ('*' needs --api-key; default: CORS off)")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="waiting requests beyond which clients get 429 (default 256)")
     p.add_argument("--max-running", type=int, default=None, metavar="N",
