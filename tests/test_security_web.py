@@ -61,8 +61,11 @@ def test_writes_without_a_json_content_type_get_415_on_every_route(admin_server,
         r = httpx.post(admin_server + path, content=raw, headers=headers)
         err = error_of(r, 415, "unsupported_media_type")
         assert "application/json" in err["message"]
-    r = httpx.delete(admin_server + "/v1/admin/jobs/nope", headers=headers)
+    r = httpx.request("DELETE", admin_server + "/v1/admin/jobs/nope", content=b"{}",
+                      headers=headers)
     error_of(r, 415, "unsupported_media_type")
+    # a DELETE without a body has nothing to declare (curl -X DELETE)
+    error_of(httpx.delete(admin_server + "/v1/admin/jobs/nope"), 404, "job_not_found")
     # the same requests declared as JSON go through to the routes
     r = httpx.post(admin_server + "/v1/completions", content=completion(),
                    headers={"Content-Type": "application/json; charset=utf-8"})

@@ -38,6 +38,20 @@ async def _send_json_error(send, status: int, message: str, error_type: str, cod
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def printable(text: str, limit: int = 500) -> str:
+    """`text` with control characters (newlines, escapes) and backslashes written as escapes,
+    cut to `limit` characters: one log line per request, whatever the client sent."""
+    out = []
+    for ch in text[:limit]:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out) + ("..." if len(text) > limit else "")
+
+
 class RequestLogMiddleware:
     def __init__(self, app, request_log: RequestLog, log_prompts: bool = False):
         self.app = app
@@ -76,10 +90,12 @@ class RequestLogMiddleware:
             if log.isEnabledFor(logging.INFO):
                 tokens = "" if entry.prompt_tokens is None else \
                     f" {entry.prompt_tokens}+{entry.completion_tokens or 0} tok"
-                log.info("%s %s %d%s %.3fs", entry.method, entry.route, entry.status, tokens,
-                         entry.duration_s)
+                # the path as the client wrote it, escaped: a decoded %0a would start a
+                # forged line in the log
+                log.info("%s %s %d%s %.3fs", printable(entry.method), printable(entry.route),
+                         entry.status, tokens, entry.duration_s)
                 if self.log_prompts and info.prompt is not None:
-                    log.info("prompt: %s", info.prompt)
+                    log.info("prompt: %s", printable(info.prompt, 4000))
 
 
 class ApiKeyMiddleware:
@@ -177,7 +193,8 @@ class BodyLimitMiddleware:
 
     The body is buffered here (requests are small JSON) and replayed to the app; after the replay
     the app's receive() goes to the connection again, so disconnects are still seen. A body
-    that stalls for `timeout` seconds gets 408 and the connection is closed (slow clients).
+    not all there `timeout` seconds after it started gets 408 and the connection is closed
+    (slow clients).
     """
 
     def __init__(self, app, limit: int, timeout: float = 30.0):
@@ -200,9 +217,13 @@ class BodyLimitMiddleware:
                     return
         chunks: list[bytes] = []
         total = 0
+        # one deadline for the whole body, not per chunk: a client that trickles a byte a
+        # second must not hold the request open
+        deadline = time.monotonic() + self.timeout
         while True:
             try:
-                message = await asyncio.wait_for(receive(), self.timeout)
+                message = await asyncio.wait_for(receive(),
+                                                 max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 await _send_json_error(send, 408, f"the request body did not arrive within "
                                        f"{self.timeout:g} s", "invalid_request_error",

@@ -69,16 +69,17 @@ def register(sub) -> None:
                         "'*': any)")
     p.add_argument("--expose-paths", action="store_true",
                    help="show the model folders' paths in /v1/models (off: only model ids)")
-    p.add_argument("--request-timeout", type=float, default=0.0, metavar="S",
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
                    help="cancel a request still running after S seconds (504, or an error "
-                        "event in a stream; default 0: no limit)")
+                        "event in a stream; default 600; 0: no limit)")
     p.add_argument("--limit-concurrency", type=int, default=1024, metavar="N",
                    help="open connections and requests beyond which new requests get 503 "
                         "(default 1024)")
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                    help="close a connection whose request headers take longer (default 10)")
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
-                   help="answer 408 to a request body that stalls this long (default 30)")
+                   help="answer 408 to a request body not all there S seconds after it "
+                        "started (a total deadline; default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_telemetry_args(p)
     add_admin_args(p)
@@ -172,7 +173,9 @@ def run(args) -> int:
         try:
             _wait_for_signal(controller, engine)
         except CliError:
-            controller.stop(grace_s=1.0)  # the engine is dead: nothing left to wait for
+            # the engine is dead: nothing left to wait for, and a client holding a connection
+            # (a body half sent) must not keep the process up; exit within 5 s
+            controller.stop(grace_s=0.5, wait_s=1.0)
             raise
         print("stopping: letting open streams finish", file=sys.stderr, flush=True)
         controller.stop(grace_s=args.grace)
