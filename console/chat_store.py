@@ -5,6 +5,7 @@ No Qt here: the chat page edits these objects and calls save()."""
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -109,7 +110,7 @@ def _need(value, kind, what: str):
 
 def _number(value, what: str) -> float:
     _need(value, (int, float), what)
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         raise ValueError(f"{what} is not a finite number")
     return float(value)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def _check(data) -> None:
         elif isinstance(want, str):
             ok = isinstance(value, str)
         else:
-            ok = type(value) in (int, float) and value == value and abs(value) < 1e9
+            ok = type(value) in (int, float) and math.isfinite(value) and abs(value) < 1e9
         if not ok:
             raise TypeError(f"preset value {key!r} has the wrong type")
 

@@ -98,10 +98,10 @@ def test_the_bench_history_survives_any_file(tmp_path):
     store.add(BenchRecord("offline", "2026-01-01", "t", {"results": []}, [{"a": 1}]))
     raw = path.read_bytes()
     shapes = [b'{"runs": "x"}', b'{"runs": [1]}', b'{"runs": [{"kind": []}]}',
-              b'{"runs": [{"kind": "offline", "created": "x", "title": "t", "document": [], '
-              b'"rows": []}]}',
-              b'{"runs": [{"kind": "offline", "created": "x", "title": "t", "document": {}, '
-              b'"rows": [1]}]}']
+              (b'{"runs": [{"kind": "offline", "created": "x", "title": "t", "document": [], '
+               b'"rows": []}]}'),
+              (b'{"runs": [{"kind": "offline", "created": "x", "title": "t", "document": {}, '
+               b'"rows": [1]}]}')]
     # {} (or an object without "runs"): an empty history, kept
     bad = [d for d in cases(raw, shapes) if d not in (b"{}", b'{"a": NaN}')]
     for data in bad:

@@ -82,7 +82,6 @@ class BenchStore:
         # a damaged history is kept aside as bench_runs.json.corrupt-<time> and reported
         data = load_json(self.path, {}, check=_check)
         return [_record(d) for d in data.get("runs", [])]
-        return out
 
     def add(self, rec: BenchRecord) -> list[BenchRecord]:
         runs = ([rec] + self.load())[:HISTORY_LIMIT]

@@ -83,13 +83,13 @@ class CrossSiteGuardMiddleware:
         origin_ok = origin is not None and self.origin_allowed(origin, host)
         if origin is not None and not origin_ok:
             return (403, "cross_site_refused",
-                    f"cross-site request refused: origin {origin[:200]!r} is not this server; "
-                    "allow a web app's origin with --cors ORIGIN")
+                    (f"cross-site request refused: origin {origin[:200]!r} is not this server; "
+                     "allow a web app's origin with --cors ORIGIN"))
         site = _header(scope, b"sec-fetch-site")
         if site is not None and site.strip().lower() == b"cross-site" and not origin_ok:
             return (403, "cross_site_refused",
-                    "cross-site request refused (Sec-Fetch-Site: cross-site); allow a web "
-                    "app's origin with --cors ORIGIN")
+                    ("cross-site request refused (Sec-Fetch-Site: cross-site); allow a web "
+                     "app's origin with --cors ORIGIN"))
         content_type = _header(scope, b"content-type")
         if scope.get("method") == "DELETE" and content_type is None and not _has_body(scope):
             # a bodyless DELETE (curl -X DELETE) carries nothing to parse, and a page cannot

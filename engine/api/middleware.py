@@ -113,9 +113,9 @@ class ApiKeyMiddleware:
         self._admin_key = admin_key.encode() if admin_key else None
 
     def _required(self, path: str) -> tuple[bytes | None, str]:
-        if path == self.ADMIN_PREFIX or path.startswith(self.ADMIN_PREFIX + "/"):
-            if self._admin_key is not None:
-                return self._admin_key, "admin key"
+        admin = path == self.ADMIN_PREFIX or path.startswith(self.ADMIN_PREFIX + "/")
+        if admin and self._admin_key is not None:
+            return self._admin_key, "admin key"
         return self._key, "API key"
 
     async def __call__(self, scope: Scope, receive, send) -> None:

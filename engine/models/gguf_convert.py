@@ -94,9 +94,9 @@ def _address_space_limit(header: dict) -> int:
 
 
 def _limit_child(limit: int) -> Callable[[], None]:
-    def apply() -> None:  # runs in the child between fork and exec
-        import resource
+    import resource  # here, not in the child: it runs only setrlimit between fork and exec
 
+    def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return apply
 
@@ -279,7 +279,8 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
     proc = subprocess.Popen([sys.executable, "-m", "npu_console.engine.models.gguf_convert", str(path),
                              str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, text=True, env=env,
-                            preexec_fn=_limit_child(limit) if os.name == "posix" else None)
+                            # only setrlimit runs between fork and exec (no locks taken)
+                            preexec_fn=_limit_child(limit) if os.name == "posix" else None)  # noqa: PLW1509
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
                               daemon=True, name="gguf-convert-output")
