@@ -5,12 +5,13 @@ No Qt here: the chat page edits these objects and calls save()."""
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from npu_console.engine.atomic_files import keep_corrupt
+from npu_console.engine.atomic_files import atomic_write_text, keep_corrupt
 from npu_console.engine.paths import state_dir
 
 
@@ -55,13 +56,31 @@ class Conversation:
 
     @classmethod
     def from_json(cls, data: dict) -> Conversation:
-        panes = [Pane(p.get("model"), [Message(**m) for m in p.get("messages", [])])
-                 for p in data.get("panes", [])] or [Pane()]
-        return cls(id=data["id"], title=data.get("title", "Chat"),
-                   created=data.get("created", time.time()),
-                   updated=data.get("updated", time.time()),
-                   system_prompt=data.get("system_prompt", ""), params=data.get("params", {}),
-                   panes=panes)
+        """The conversation in `data`; TypeError/KeyError for anything of another shape (a
+        file is not trusted: the chat page must never meet a title that is a list)."""
+        _need(data, dict, "a conversation")
+        _need(data["id"], str, "id")
+        panes = []
+        for p in _need(data.get("panes", []), list, "panes"):
+            _need(p, dict, "a pane")
+            msgs = []
+            for m in _need(p.get("messages", []), list, "messages"):
+                _need(m, dict, "a message")
+                msg = Message(**m)
+                _need(msg.role, str, "role")
+                _need(msg.content, str, "content")
+                _need(msg.reasoning, str, "reasoning")
+                _need(msg.model, (str, type(None)), "model")
+                _need(msg.stats, (dict, type(None)), "stats")
+                msgs.append(msg)
+            panes.append(Pane(_need(p.get("model"), (str, type(None)), "model"), msgs))
+        now = time.time()
+        return cls(id=data["id"], title=_need(data.get("title", "Chat"), str, "title"),
+                   created=_number(data.get("created", now), "created"),
+                   updated=_number(data.get("updated", now), "updated"),
+                   system_prompt=_need(data.get("system_prompt", ""), str, "system_prompt"),
+                   params=_need(data.get("params", {}), dict, "params"),
+                   panes=panes or [Pane()])
 
     def to_markdown(self) -> str:
         lines = [f"# {self.title}", "",
@@ -81,6 +100,19 @@ class Conversation:
                 if m.stats:
                     lines += [f"> {format_stats(m.stats)}", ""]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _need(value, kind, what: str):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise TypeError(f"{what} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _number(value, what: str) -> float:
+    _need(value, (int, float), what)
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is not a finite number")
+    return float(value)
 
 
 def thinking_summary(stats: dict | None, live: bool = False) -> str:
@@ -123,21 +155,22 @@ class ChatStore:
 
     def save(self, conv: Conversation) -> Path:
         conv.updated = time.time()
-        path = self.path(conv.id)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(conv.to_json(), indent=1, ensure_ascii=False))
-        tmp.replace(path)  # atomic: a crash never leaves half a conversation
-        return path
+        # the settings' writer: UTF-8, flushed to disk, renamed over the old file, so a crash
+        # (or a full disk) never leaves half a conversation
+        return atomic_write_text(self.path(conv.id),
+                                 json.dumps(conv.to_json(), indent=1, ensure_ascii=False))
 
     def load(self, conv_id: str) -> Conversation:
-        return Conversation.from_json(json.loads(self.path(conv_id).read_text()))
+        return Conversation.from_json(
+            json.loads(self.path(conv_id).read_text(encoding="utf-8")))
 
     def list(self) -> list[Conversation]:
         out = []
         for p in self.root.glob("*.json"):
             try:
-                out.append(Conversation.from_json(json.loads(p.read_text())))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                out.append(Conversation.from_json(json.loads(p.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError,
+                    RecursionError) as exc:
                 # a damaged file must not hide the others; it is kept aside and reported
                 keep_corrupt(p, f"{type(exc).__name__}: {exc}"[:200])
         return sorted(out, key=lambda c: c.updated, reverse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -34,13 +35,31 @@ def list_presets() -> dict[str, dict]:
     for p in sorted(presets_dir().glob("*.json")):
         data = load_json(p, None, check=_check)  # a damaged preset is kept aside, reported
         if data is not None:
-            out[data.get("name", p.stem)] = {**DEFAULT, **data.get("values", {})}
+            values = {k: v for k, v in data.get("values", {}).items() if k in DEFAULT}
+            out[data.get("name") or p.stem] = {**DEFAULT, **values}
     return out
 
 
 def _check(data) -> None:
-    if not isinstance(data, dict) or not isinstance(data.get("values", {}), dict):
-        raise TypeError("not a preset object")
+    """A preset file's shape, every value of the type the chat page's fields take."""
+    if not isinstance(data, dict) or not isinstance(data.get("values"), dict):
+        raise TypeError("not a preset object (no 'values')")
+    if not isinstance(data.get("name", ""), str):
+        raise TypeError("a preset's name must be a string")
+    for key, value in data.get("values", {}).items():
+        if key not in DEFAULT:
+            continue  # an older or newer field: dropped when read
+        want = DEFAULT[key]
+        if key == "seed":
+            ok = value is None or type(value) is int
+        elif key == "stop":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        elif isinstance(want, str):
+            ok = isinstance(value, str)
+        else:
+            ok = type(value) in (int, float) and math.isfinite(value) and abs(value) < 1e9
+        if not ok:
+            raise TypeError(f"preset value {key!r} has the wrong type")
 
 
 def save_preset(name: str, values: dict) -> Path:

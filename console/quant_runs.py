@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from npu_console.engine.typed_records import check_fields
 
 PRESET_LABELS = {"all": "All linear layers", "attention": "Attention only",
                  "no-down-proj": "All but down_proj", "custom": "Custom skip list"}
@@ -350,9 +351,9 @@ class QuantRunStore:
         runs = []
         for d in data.get("runs", []):
             try:
-                runs.append(QuantRun.from_dict(d))
-            except (TypeError, KeyError):
-                continue  # a record from an older layout: skip it rather than fail
+                runs.append(check_fields(QuantRun.from_dict(d)))
+            except (TypeError, KeyError, ValueError, AttributeError):
+                continue  # a record from an older layout, or damaged: skip it, keep the rest
         return runs
 
     def find(self, key: str) -> QuantRun | None:

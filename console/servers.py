@@ -47,7 +47,7 @@ class ServerStore:
         raw = self.settings.value(SETTING, "") or ""
         try:
             items = json.loads(raw) if isinstance(raw, str) and raw else []
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("the remembered servers in the settings are unreadable; starting afresh")
             return []
         out = []

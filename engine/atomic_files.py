@@ -84,7 +84,8 @@ def load_json(path: str | os.PathLike, default: Any, check=None) -> Any:
         data = json.loads(text)
         if check is not None:
             check(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        # RecursionError: "[[[[..." nested deeper than json can follow
         keep_corrupt(path, f"{type(exc).__name__}: {exc}"[:200])
         return default
     return data

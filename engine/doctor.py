@@ -191,6 +191,28 @@ def check_cpu_kernels() -> Check:
                  f"PyTorch's own on this {isa} CPU: W8A8 on fbgemm ({info.reason})", fix)
 
 
+def check_gguf_cache() -> Check:
+    """The GGUF conversion cache: its size against the limit that eviction keeps, and whether
+    it is private to this user (it holds weights that get loaded)."""
+    from npu_console.engine.models import gguf
+    from npu_console.engine.models.gguf_convert import (
+        CACHE_ENV,
+        cache_entries,
+        cache_limit_bytes,
+        cache_problem,
+    )
+
+    problem = cache_problem()
+    if problem:
+        return Check("gguf cache", "fail", f"refused: {problem}",
+                     f"remove or chown {gguf.cache_root()} (it must be yours, mode 0700)")
+    entries = cache_entries()
+    used = sum(size for _, size, _ in entries) / 2**30
+    return Check("gguf cache", "info",
+                 f"{len(entries)} converted model(s), {used:.1f} GiB of "
+                 f"{cache_limit_bytes() / 2**30:.0f} GiB ({CACHE_ENV}) at {gguf.cache_root()}")
+
+
 def check_disk(path: Path) -> Check:
     usage = shutil.disk_usage(path)
     gib = usage.free / 2**30
@@ -273,6 +295,7 @@ def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check
     checks.append(check_nvidia())
     checks += check_devices()
     checks.append(check_cpu_kernels())
+    checks.append(check_gguf_cache())
     checks.append(check_env())
     checks.append(check_disk(state_dir()))
     checks.append(check_demo_model())

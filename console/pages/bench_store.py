@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from npu_console.engine.typed_records import check_fields
 
 HISTORY_LIMIT = 50
 
@@ -53,6 +54,22 @@ def serving_record(result) -> BenchRecord:
     return BenchRecord("serving", now(), title, doc, [result.summary_row()])
 
 
+def _record(d) -> BenchRecord:
+    if not isinstance(d, dict):
+        raise TypeError("a run is not an object")
+    rec = check_fields(BenchRecord(**d))
+    if not all(isinstance(row, dict) for row in rec.rows):
+        raise TypeError("a run's rows are not objects")
+    return rec
+
+
+def _check(data) -> None:
+    """The whole file or nothing: one bad run sets the file aside (kept, reported)."""
+    check_runs_history(data)
+    for d in data.get("runs", []):
+        _record(d)
+
+
 class BenchStore:
     def __init__(self, path: str | Path | None = None):
         if path is None:
@@ -63,14 +80,8 @@ class BenchStore:
 
     def load(self) -> list[BenchRecord]:
         # a damaged history is kept aside as bench_runs.json.corrupt-<time> and reported
-        data = load_json(self.path, {}, check=check_runs_history)
-        out = []
-        for d in data.get("runs", []):
-            try:
-                out.append(BenchRecord(**d))
-            except TypeError:
-                continue
-        return out
+        data = load_json(self.path, {}, check=_check)
+        return [_record(d) for d in data.get("runs", [])]
 
     def add(self, rec: BenchRecord) -> list[BenchRecord]:
         runs = ([rec] + self.load())[:HISTORY_LIMIT]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -39,6 +40,10 @@ class AdminService:
         self.engine = engine
         self.roots = AdminRoots(model_roots, output_root)
         self.jobs = AdminJobs()
+        # admin calls (listing walks folders, unload waits for requests, cancel waits up to
+        # 10 s) run on threads of their own: on the loop's default pool, which tokenizes chat
+        # requests, six blocked admin calls would stall every completion
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="npu-console-admin")
 
     def scrub(self, text: str) -> str:
         """A message with every root's absolute path replaced by its label: errors from the
@@ -195,8 +200,9 @@ class AdminService:
         job.cancel()
         return job.wait(wait_s)
 
-    def close(self) -> None:
-        self.jobs.close()
+    def close(self, wait_s: float = 10.0) -> None:
+        self.jobs.close(wait_s)
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _default_name(client_path: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from npu_console.engine import __version__
 from npu_console.engine.api.context import ApiContext
+from npu_console.engine.api.cross_site import CrossSiteGuardMiddleware
 from npu_console.engine.api.errors import install_error_handlers
 from npu_console.engine.api.metrics import ApiMetrics
 from npu_console.engine.api.middleware import (
@@ -63,14 +64,17 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes,
                        timeout=settings.body_timeout_s)
     app.add_middleware(AdmissionMiddleware, engine=engine)
-    if settings.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    if settings.api_key or settings.admin_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key,
+                           admin_key=settings.admin_key)
+    # non-JSON bodies (415) and browsers' cross-site writes (403), before auth and any parsing
+    app.add_middleware(CrossSiteGuardMiddleware, cors_origins=settings.cors_origins)
     app.add_middleware(HostCheckMiddleware, settings=settings)
     app.add_middleware(RequestLogMiddleware, request_log=ctx.request_log,
                        log_prompts=settings.log_prompts)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"],
                            allow_credentials=False, max_age=600)
     return app

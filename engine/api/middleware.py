@@ -38,6 +38,20 @@ async def _send_json_error(send, status: int, message: str, error_type: str, cod
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def printable(text: str, limit: int = 500) -> str:
+    """`text` with control characters (newlines, escapes) and backslashes written as escapes,
+    cut to `limit` characters: one log line per request, whatever the client sent."""
+    out = []
+    for ch in text[:limit]:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out) + ("..." if len(text) > limit else "")
+
+
 class RequestLogMiddleware:
     def __init__(self, app, request_log: RequestLog, log_prompts: bool = False):
         self.app = app
@@ -76,24 +90,41 @@ class RequestLogMiddleware:
             if log.isEnabledFor(logging.INFO):
                 tokens = "" if entry.prompt_tokens is None else \
                     f" {entry.prompt_tokens}+{entry.completion_tokens or 0} tok"
-                log.info("%s %s %d%s %.3fs", entry.method, entry.route, entry.status, tokens,
-                         entry.duration_s)
+                # the path as the client wrote it, escaped: a decoded %0a would start a
+                # forged line in the log
+                log.info("%s %s %d%s %.3fs", printable(entry.method), printable(entry.route),
+                         entry.status, tokens, entry.duration_s)
                 if self.log_prompts and info.prompt is not None:
-                    log.info("prompt: %s", info.prompt)
+                    log.info("prompt: %s", printable(info.prompt, 4000))
 
 
 class ApiKeyMiddleware:
-    """Bearer check on every route but /health (and CORS preflights, which carry no key)."""
+    """Bearer check on every route but /health (and CORS preflights, which carry no key).
+
+    /v1/admin takes `admin_key` when one is set (the API key then opens only inference), else
+    the API key; without an API key, the other routes are open."""
 
     OPEN_PATHS = ("/health",)
+    ADMIN_PREFIX = "/v1/admin"
 
-    def __init__(self, app, api_key: str):
+    def __init__(self, app, api_key: str | None, admin_key: str | None = None):
         self.app = app
-        self._key = api_key.encode()
+        self._key = api_key.encode() if api_key else None
+        self._admin_key = admin_key.encode() if admin_key else None
+
+    def _required(self, path: str) -> tuple[bytes | None, str]:
+        admin = path == self.ADMIN_PREFIX or path.startswith(self.ADMIN_PREFIX + "/")
+        if admin and self._admin_key is not None:
+            return self._admin_key, "admin key"
+        return self._key, "API key"
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if (scope["type"] != "http" or scope.get("path") in self.OPEN_PATHS
                 or scope.get("method") == "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        key, what = self._required(scope.get("path", ""))
+        if key is None:
             await self.app(scope, receive, send)
             return
         given = b""
@@ -104,14 +135,14 @@ class ApiKeyMiddleware:
                     given = token.strip()
                 break
         # compare_digest on equal-type bytes: the time taken does not leak how much matched
-        if given and hmac.compare_digest(given, self._key):
+        if given and hmac.compare_digest(given, key):
             await self.app(scope, receive, send)
             return
         state = scope.get("state")
         if isinstance(state, dict) and INFO_KEY in state:
-            state[INFO_KEY].error = "missing or invalid API key"
-        message = ("invalid API key" if given else
-                   "missing API key: send 'Authorization: Bearer <key>'")
+            state[INFO_KEY].error = f"missing or invalid {what}"
+        message = (f"invalid {what}" if given else
+                   f"missing {what}: send 'Authorization: Bearer <key>'")
         await _send_json_error(send, 401, message, "authentication_error", "invalid_api_key",
                                [(b"www-authenticate", b"Bearer")])
 
@@ -141,9 +172,13 @@ class HostCheckMiddleware:
         if scope["type"] == "http":
             host = next((v for k, v in scope.get("headers", ()) if k == b"host"), None)
             name = host_name(host) if host is not None else None
-            if name is not None and not self.settings.host_allowed(name):
-                message = (f"host {name!r} is not served here (DNS rebinding guard); allow it "
-                           "with --allowed-hosts")
+            if name is None or not self.settings.host_allowed(name):
+                # no Host at all is refused too: every HTTP/1.1 client sends one, and a
+                # request without it could not be told from a rebinding page's
+                message = ("the request has no Host header (DNS rebinding guard)"
+                           if name is None else
+                           f"host {name[:200]!r} is not served here (DNS rebinding guard); "
+                           "allow it with --allowed-hosts")
                 state = scope.get("state")
                 if isinstance(state, dict) and INFO_KEY in state:
                     state[INFO_KEY].error = message
@@ -158,7 +193,8 @@ class BodyLimitMiddleware:
 
     The body is buffered here (requests are small JSON) and replayed to the app; after the replay
     the app's receive() goes to the connection again, so disconnects are still seen. A body
-    that stalls for `timeout` seconds gets 408 and the connection is closed (slow clients).
+    not all there `timeout` seconds after it started gets 408 and the connection is closed
+    (slow clients).
     """
 
     def __init__(self, app, limit: int, timeout: float = 30.0):
@@ -181,9 +217,13 @@ class BodyLimitMiddleware:
                     return
         chunks: list[bytes] = []
         total = 0
+        # one deadline for the whole body, not per chunk: a client that trickles a byte a
+        # second must not hold the request open
+        deadline = time.monotonic() + self.timeout
         while True:
             try:
-                message = await asyncio.wait_for(receive(), self.timeout)
+                message = await asyncio.wait_for(receive(),
+                                                 max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 await _send_json_error(send, 408, f"the request body did not arrive within "
                                        f"{self.timeout:g} s", "invalid_request_error",

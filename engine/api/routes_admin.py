@@ -3,8 +3,9 @@ follow or cancel those jobs. Off unless the server was started with `--allow-adm
 routes then answer 403 saying how to turn them on, and stay out of the OpenAPI schema); behind
 the API key like every route but /health.
 
-POST bodies must be JSON (FastAPI refuses another content type), so a web page cannot drive a
-keyless loopback server with a plain cross-site form; the Host check stops DNS rebinding.
+Writes must declare a JSON body and come from no foreign Origin (cross_site.py), so a web page
+cannot drive a keyless loopback server; the Host check stops DNS rebinding. --admin-key gives
+these routes a key of their own.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ def admin_of(request: Request) -> AdminService:
     return service
 
 
-async def _call(fn, *args):
-    """Run service code off the event loop, its path and job refusals as HTTP answers."""
+async def _call(service: AdminService, fn, *args):
+    """Run service code off the event loop on the admin threads (never the pool that serves
+    completions), its path and job refusals as HTTP answers."""
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(service.executor, fn, *args)
     except PathRefused as exc:
         raise ApiError(403, str(exc), param="path", code="path_outside_roots") from None
     except PathNotFound as exc:
@@ -60,14 +62,14 @@ async def list_models(request: Request) -> JSONResponse:
     """Model folders and GGUF files under the roots (paths as ROOT/REL, never absolute), with
     what the folder check reads from them, and the models this server runs now."""
     service = admin_of(request)
-    return JSONResponse(await _call(service.models))
+    return JSONResponse(await _call(service, service.models))
 
 
 @router.post("/load", status_code=202)
 async def load(body: LoadBody, request: Request) -> JSONResponse:
     """Start loading a model under the roots into the served engine; answers the job."""
     service = admin_of(request)
-    job = await _call(service.start_load, body)
+    job = await _call(service, service.start_load, body)
     return JSONResponse(job.snapshot(), status_code=202)
 
 
@@ -75,14 +77,14 @@ async def load(body: LoadBody, request: Request) -> JSONResponse:
 async def unload(body: UnloadBody, request: Request) -> JSONResponse:
     """Remove a served model; its running and waiting requests end with an error."""
     service = admin_of(request)
-    return JSONResponse(await _call(service.unload, body.name))
+    return JSONResponse(await _call(service, service.unload, body.name))
 
 
 @router.post("/quantize", status_code=202)
 async def quantize(body: QuantizeBody, request: Request) -> JSONResponse:
     """Start quantizing a model under the roots into OUTPUT_ROOT/out_name (one at a time)."""
     service = admin_of(request)
-    job = await _call(service.start_quantize, body)
+    job = await _call(service, service.start_quantize, body)
     return JSONResponse(job.snapshot(), status_code=202)
 
 
@@ -104,7 +106,7 @@ async def cancel_job(job_id: str, request: Request) -> JSONResponse:
     while it is still stopping. A finished job is left as it is."""
     service = admin_of(request)
     job = _job(service, job_id)
-    ended = await asyncio.to_thread(service.cancel, job)
+    ended = await _call(service, service.cancel, job)
     return JSONResponse(job.snapshot(), status_code=200 if ended else 202)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from npu_console.engine.api.errors import ApiError
@@ -59,25 +61,45 @@ async def get_model(model_id: str, request: Request) -> dict:
 @router.get("/health", tags=["ops"])
 async def health(request: Request) -> Response:
     """200 when a model is ready to serve; 503 while one loads, when none is loaded, or when the
-    engine has stopped. Cheap: one stats snapshot, no engine round trip."""
+    engine has stopped. Cheap: one stats snapshot, no engine round trip.
+
+    It needs no key, so without one it says only its status: model names, counts and the last
+    error (which can hold a path of the host) go only to a request with the server's key."""
     ctx = context(request)
     try:
         stats = ctx.engine.stats()
     except Exception as exc:  # noqa: BLE001 - a dead engine still gets a truthful answer
+        if not _keyed(request, ctx.settings):
+            return JSONResponse({"status": "error"}, status_code=503)
         return JSONResponse({"status": "error", "detail": str(exc)}, status_code=503)
     body = {"status": "ok", "state": stats.state, "models": list(stats.models),
             "running": stats.running, "waiting": stats.waiting}
-    if stats.state == "ready" and stats.models:
-        return JSONResponse(body)
-    if stats.loading:
-        body.update(status="loading", loading=stats.loading)
-    elif not stats.models:
-        body.update(status="no_model")
-    else:
-        body.update(status=stats.state)
-    if stats.last_error:
-        body["last_error"] = stats.last_error
-    return JSONResponse(body, status_code=503)
+    code = 200
+    if not (stats.state == "ready" and stats.models):
+        code = 503
+        if stats.loading:
+            body.update(status="loading", loading=stats.loading)
+        elif not stats.models:
+            body.update(status="no_model")
+        else:
+            body.update(status=stats.state)
+        if stats.last_error:
+            body["last_error"] = stats.last_error
+    if not _keyed(request, ctx.settings):
+        body = {"status": body["status"]}
+    return JSONResponse(body, status_code=code)
+
+
+def _keyed(request: Request, settings) -> bool:
+    """Whether the request carries the API key or the admin key (never on a keyless server:
+    there nobody proves anything by sending one)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    given = token.strip().encode()
+    return any(key and hmac.compare_digest(given, key.encode())
+               for key in (settings.api_key, settings.admin_key))
 
 
 @router.get("/metrics", tags=["ops"])

@@ -144,7 +144,8 @@ async def _stream(batch: Batch, writer: ChunkWriter, info: RequestInfo,
 async def _answer(request: Request, batch: Batch, info: RequestInfo, stream: bool,
                   writer: ChunkWriter, build, echo_prompts: list[str] | None = None) -> Response:
     if stream:
-        return SSEResponse(_stream(batch, writer, info, echo_prompts))
+        return SSEResponse(_stream(batch, writer, info, echo_prompts),
+                           write_timeout_s=batch.ctx.settings.stream_write_timeout_s)
     return await _json_answer(request, batch, info, build)
 
 

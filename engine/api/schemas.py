@@ -14,6 +14,8 @@ from npu_console.engine.runtime.types import MODEL_DEFAULT_FIELDS, SamplingParam
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_STOP = 16
+MAX_STOP_CHARS = 256  # each stop string is matched against the text after every token
+MAX_MESSAGES = 1024  # each message is rendered through the chat template
 MAX_SEED = 2**63 - 1
 
 
@@ -67,6 +69,10 @@ class SamplingFields(BaseModel):
                            param="stop")
         if any(s == "" for s in stops):
             raise ApiError(400, "stop sequences must not be empty strings", param="stop")
+        longest = max(len(s) for s in stops) if stops else 0
+        if longest > MAX_STOP_CHARS:
+            raise ApiError(400, f"a stop sequence may have at most {MAX_STOP_CHARS} characters, "
+                                f"got {longest}", param="stop")
         return tuple(stops)
 
     def include_usage(self) -> bool:
@@ -119,7 +125,12 @@ class ChatCompletionRequest(SamplingFields):
 
     def refuse_unsupported(self) -> None:
         text_only = (self.response_format or {}).get("type", "text") == "text"
+        if len(self.messages) > MAX_MESSAGES:
+            raise ApiError(400, f"at most {MAX_MESSAGES} messages are allowed, got "
+                                f"{len(self.messages)}", param="messages")
         _refuse(("logprobs", self.logprobs, _NO_LOGPROBS),
+                ("top_logprobs", self.top_logprobs is not None,
+                 "top_logprobs is not supported by this server (no logprobs)"),
                 ("tools", self.tools, "tools / function calling are not supported by this server"),
                 ("response_format", not text_only,
                  "only response_format {\"type\": \"text\"} is supported"))

@@ -163,9 +163,13 @@ class ServerController:
                 asyncio.set_event_loop(None)
                 loop.close()
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """Stop accepting, let open streams run up to `grace_s`, then cancel them; returns when
-        the port is free and the server thread has ended."""
+    def stop(self, grace_s: float = 5.0, *, wait_s: float = 5.0) -> None:
+        """Stop accepting, let open streams run up to `grace_s`, then cancel them and give
+        them `wait_s` to end before the server is forced down (admin jobs get the grace plus
+        `wait_s` to clean up); returns when the port is free and the server thread has ended.
+
+        An engine that died needs no grace: stop(0.5, wait_s=1) ends within a few seconds
+        whatever the clients do (a body half sent, a connection held open)."""
         with self._lock:
             server, thread = self._server, self._thread
             if server is None or thread is None:
@@ -176,13 +180,14 @@ class ServerController:
             # admin jobs are cancelled (a quantization removes its output) and their event
             # streams end with the final state
             admin = getattr(self._app.state, "admin", None)
+            started = time.monotonic()
             if admin is not None:
-                admin.close()
-            thread.join(max(0.0, grace_s))
+                admin.close(wait_s=grace_s + wait_s)
+            thread.join(max(0.0, grace_s - (time.monotonic() - started)))
             if thread.is_alive():
                 cancelled = self._app.state.ctx.cancel_all()
                 log.info("grace period over: cancelled %d running request(s)", cancelled)
-                thread.join(5.0)
+                thread.join(wait_s)
             if thread.is_alive():
                 server.force_exit = True
                 thread.join(5.0)

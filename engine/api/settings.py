@@ -41,6 +41,8 @@ class ApiSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    # /v1/admin's own key; None: admin takes the API key like every other route
+    admin_key: str | None = None
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     max_body_bytes: int = 1_000_000  # 413 above this, checked while the body arrives
     log_prompts: bool = False  # prompts/completions go to the log only when asked for
@@ -58,10 +60,15 @@ class ApiSettings:
     # loopback, any host otherwise (an exposed server needs an API key); "*": any
     allowed_hosts: tuple[str, ...] = ()
     expose_paths: bool = False  # /v1/models shows model folders' paths only when asked
-    request_timeout_s: float = 0.0  # a request still running after this is cancelled; 0: none
+    # a request still running after this is cancelled (0: none). Not none by default: n=8,
+    # ignore_eos and max_tokens at the full context must not hold every decode slot for good
+    request_timeout_s: float = 600.0
     limit_concurrency: int = 1024  # open connections + requests beyond which uvicorn says 503
     header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
-    body_timeout_s: float = 30.0  # a request body that stalls this long gets 408
+    body_timeout_s: float = 30.0  # a request body not all there this long after its start: 408
+    # a stream whose client takes longer than this to accept one write is ended (and its
+    # engine requests cancelled): a client that stops reading cannot hold a slot
+    stream_write_timeout_s: float = 30.0
     # /v1/admin (routes_admin.py): off unless asked for; clients name models only by paths
     # relative to these roots, and quantize writes only under output_root
     allow_admin: bool = False
@@ -83,6 +90,12 @@ class ApiSettings:
             raise UnsafeSettingsError(
                 f"refusing to listen on {self.host} without an API key: pass --api-key KEY "
                 "(or bind 127.0.0.1)")
+        if "*" in self.cors_origins and not self.api_key:
+            raise UnsafeSettingsError(
+                "refusing --cors '*' without an API key: any web page could use this server; "
+                "pass --api-key KEY or name the origins (--cors http://app.example)")
+        if self.admin_key is not None and not self.admin_key.strip():
+            raise UnsafeSettingsError("--admin-key must not be empty")
         if self.max_body_bytes < 1024:
             raise UnsafeSettingsError("max_body_bytes must be at least 1024")
         if self.stream_interval_ms < 0:
@@ -93,8 +106,10 @@ class ApiSettings:
             raise UnsafeSettingsError("request_timeout_s must be 0 (none) or more")
         if self.limit_concurrency < 1:
             raise UnsafeSettingsError("limit_concurrency must be at least 1")
-        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
-            raise UnsafeSettingsError("the header and body read timeouts must be positive")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0 \
+                or self.stream_write_timeout_s <= 0:
+            raise UnsafeSettingsError("the header, body and stream write timeouts must be "
+                                      "positive")
         if self.allow_admin and not self.model_roots:
             raise UnsafeSettingsError("--allow-admin needs at least one --model-root DIR: the "
                                       "folders whose models clients may list, load and quantize")

@@ -28,10 +28,14 @@ def sse_data(payload: dict[str, Any] | str) -> bytes:
 class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncIterator[bytes], headers: dict[str, str] | None = None):
+    def __init__(self, content: AsyncIterator[bytes], headers: dict[str, str] | None = None,
+                 write_timeout_s: float | None = None):
         base = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(content, headers={**base, **(headers or {})},
                          media_type=self.media_type)
+        # a client that stops reading fills the socket buffers and then every write waits:
+        # past this deadline for one write the stream ends and its generator's cleanup runs
+        self.write_timeout_s = write_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # plain asyncio (uvicorn runs on it): anyio's task group would import its backend on
@@ -51,7 +55,13 @@ class SSEResponse(StreamingResponse):
                 await aclose()
 
     async def _stream_quietly(self, send: Send) -> None:
+        timeout = self.write_timeout_s
+
+        async def send_in_time(message) -> None:
+            async with asyncio.timeout(timeout):  # no task per write, unlike wait_for
+                await send(message)
+
         try:
-            await self.stream_response(send)
-        except OSError:
+            await self.stream_response(send_in_time if timeout else send)
+        except OSError:  # TimeoutError is one too: a write that did not go out in time
             pass  # the client is gone; the generator's cleanup cancels the request

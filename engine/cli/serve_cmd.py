@@ -36,10 +36,13 @@ def register(sub) -> None:
                    help="address to bind (default 127.0.0.1; any other needs --api-key)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                   help=f"require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}, which keeps "
-                        "the key out of the process list)")
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (or set "
+                        f"{API_KEY_ENV}, which keeps the key out of the process list): "
+                        "inference, /v1/models, /metrics, telemetry, and /v1/admin unless "
+                        "--admin-key gives admin its own key")
     p.add_argument("--cors", default=None, metavar="ORIGINS",
-                   help="comma-separated origins allowed by CORS (default: CORS off)")
+                   help="comma-separated origins allowed by CORS, the only web pages that may "
+                        "send requests ('*' needs --api-key; default: CORS off)")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="waiting requests beyond which clients get 429 (default 256)")
     p.add_argument("--max-running", type=int, default=None, metavar="N",
@@ -66,16 +69,17 @@ def register(sub) -> None:
                         "'*': any)")
     p.add_argument("--expose-paths", action="store_true",
                    help="show the model folders' paths in /v1/models (off: only model ids)")
-    p.add_argument("--request-timeout", type=float, default=0.0, metavar="S",
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
                    help="cancel a request still running after S seconds (504, or an error "
-                        "event in a stream; default 0: no limit)")
+                        "event in a stream; default 600; 0: no limit)")
     p.add_argument("--limit-concurrency", type=int, default=1024, metavar="N",
                    help="open connections and requests beyond which new requests get 503 "
                         "(default 1024)")
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                    help="close a connection whose request headers take longer (default 10)")
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
-                   help="answer 408 to a request body that stalls this long (default 30)")
+                   help="answer 408 to a request body not all there S seconds after it "
+                        "started (a total deadline; default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_telemetry_args(p)
     add_admin_args(p)
@@ -169,7 +173,9 @@ def run(args) -> int:
         try:
             _wait_for_signal(controller, engine)
         except CliError:
-            controller.stop(grace_s=1.0)  # the engine is dead: nothing left to wait for
+            # the engine is dead: nothing left to wait for, and a client holding a connection
+            # (a body half sent) must not keep the process up; exit within 5 s
+            controller.stop(grace_s=0.5, wait_s=1.0)
             raise
         print("stopping: letting open streams finish", file=sys.stderr, flush=True)
         controller.stop(grace_s=args.grace)

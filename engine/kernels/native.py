@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from npu_console.engine import paths
 from npu_console.engine.devices import cpu_flags
-from npu_console.engine.kernels.trust import private_dir, untrusted
+from npu_console.engine.kernels.trust import load_trusted, private_dir, untrusted
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def library() -> ctypes.CDLL | None:
         log.info("native int8 kernels unavailable (%s); using PyTorch's", info.reason)
         return None
     try:
-        lib = ctypes.CDLL(str(info.path))
+        lib = load_trusted(info.path)  # checked and loaded through one descriptor
     except OSError as exc:
         log.warning("native int8 kernels failed to load (%s); using PyTorch's", exc)
         return None

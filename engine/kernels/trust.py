@@ -6,6 +6,7 @@ and rebuilt."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 from pathlib import Path
@@ -26,7 +27,26 @@ def private_dir(d: Path) -> str | None:
 
 def untrusted(path: Path) -> str | None:
     """Why the cached file at `path` must not be loaded, or None when it may be."""
-    st = os.lstat(path)
+    return _untrusted_stat(os.lstat(path))
+
+
+def load_trusted(path: Path) -> ctypes.CDLL:
+    """dlopen `path` as checked: opened once (O_NOFOLLOW: no symlink), the open file checked
+    with fstat, and loaded from that descriptor through /proc/self/fd, so a file swapped in
+    between the check and the load is never the one loaded. OSError when it is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        why = _untrusted_stat(os.fstat(fd))
+        if why is not None:
+            raise OSError(f"refusing {path}: {why}")
+        by_fd = f"/proc/self/fd/{fd}"
+        # without /proc (not Linux) the path is loaded: its folder is private (private_dir)
+        return ctypes.CDLL(by_fd if os.path.exists(by_fd) else str(path))
+    finally:
+        os.close(fd)  # the mapping stays; the descriptor is not needed after dlopen
+
+
+def _untrusted_stat(st: os.stat_result) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
     if st.st_uid != os.getuid():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import struct
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,9 +210,12 @@ def _check_weights(root: Path, report: ModelFolderReport) -> None:
         for b in bins:
             report.weight_files.append(b.name)
             report.checkpoint_bytes += b.stat().st_size
-            if not zipfile.is_zipfile(b):
-                report.problems.append(Problem(
-                    b.name, "corrupt or truncated: not a readable PyTorch checkpoint archive"))
+        # a pickle can run any code when torch.load reads it, and a model folder is not
+        # trusted: such weights are refused, whatever the torch version (issue 35)
+        report.problems.append(Problem(
+            bins[0].name, "PyTorch pickle weights are not loaded (reading them can run code "
+            "from the file): convert the folder to safetensors first, e.g. with "
+            "transformers' save_pretrained(..., safe_serialization=True) on a trusted machine"))
     else:
         report.problems.append(Problem(
             ".", "no weights: expected model.safetensors (or *.safetensors shards, or pytorch_model.bin)"))

@@ -14,6 +14,7 @@ conversion leaves no cache entry behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,128 @@ from npu_console.engine.runtime.types import Cancelled
 
 ProgressFn = Callable[[float, str], None]
 DONE = "meta.json"  # written last: a folder without it is not a finished conversion
+GIB = 1024 ** 3
+# limits of the conversion (issue 35); each can be set in the environment
+TIMEOUT_ENV = "NPU_CONSOLE_GGUF_TIMEOUT_S"  # the child is killed after this (default 3600)
+AS_ENV = "NPU_CONSOLE_GGUF_AS_GB"  # its address space (default: what it needs + 16 GiB)
+CACHE_ENV = "NPU_CONSOLE_GGUF_CACHE_GB"  # converted folders kept (default 20 GiB)
+# the interpreter, torch and their thread stacks reserve address space they never touch
+AS_HEADROOM = 16 * GIB
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def timeout_s() -> float:
+    return _env_float(TIMEOUT_ENV, 3600.0)
+
+
+def cache_limit_bytes() -> int:
+    return int(_env_float(CACHE_ENV, 20.0) * GIB)
+
+
+def float_bytes(header: dict) -> int:
+    """The size of the float weights the conversion writes, from the GGUF header alone."""
+    per = {"float32": 4, "float16": 2, "bfloat16": 2}[_save_dtype(header.get("tensor_types")
+                                                                   or {})]
+    return int(header.get("num_parameters") or 0) * per
+
+
+def needs(header: dict) -> tuple[int, int]:
+    """(memory, disk) bytes a conversion needs: the GGUF mapped, the float model and its
+    copy being saved in memory; the float folder on disk."""
+    floats = float_bytes(header)
+    return int(header.get("file_bytes") or 0) + 2 * floats, floats + 64 * 1024 ** 2
+
+
+def preflight(path: Path, header: dict) -> None:
+    """ConvertError before the child starts when memory or disk is short (the same rule as
+    for folders: refuse with the numbers rather than let the system swap or fill up)."""
+    import psutil
+
+    memory, disk = needs(header)
+    free_mem = psutil.virtual_memory().available
+    if memory > free_mem:
+        raise ConvertError(f"{path.name}: converting needs about {memory / GIB:.1f} GiB of "
+                           f"memory ({float_bytes(header) / GIB:.1f} GiB of float weights); "
+                           f"{free_mem / GIB:.1f} GiB is available")
+    root = gguf.cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    free_disk = shutil.disk_usage(root).free
+    if disk > free_disk:
+        raise ConvertError(f"{path.name}: converting needs about {disk / GIB:.1f} GiB on disk "
+                           f"in {root}; {free_disk / GIB:.1f} GiB is free")
+
+
+def _address_space_limit(header: dict) -> int:
+    gb = _env_float(AS_ENV, 0.0)
+    return int(gb * GIB) if gb else needs(header)[0] + AS_HEADROOM
+
+
+def _limit_child(limit: int) -> Callable[[], None]:
+    import resource  # here, not in the child: it runs only setrlimit between fork and exec
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+def cache_problem() -> str | None:
+    """Why the conversion cache must not be used: it holds folders whose weights get loaded,
+    so, like the kernel cache, it must belong to this user and be private (0700)."""
+    from npu_console.engine.kernels.trust import private_dir
+
+    return private_dir(gguf.cache_root())
+
+
+def _entry_untrusted(entry: Path) -> str | None:
+    import stat
+
+    st = os.lstat(entry)
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "writable by group or others"
+    return None
+
+
+def cache_entries() -> list[tuple[Path, int, float]]:
+    """(folder, bytes, last used) of each finished conversion."""
+    out = []
+    root = gguf.cache_root()
+    if not root.is_dir():
+        return out
+    for entry in root.iterdir():
+        if entry.name.startswith(".") or not (entry / DONE).is_file():
+            continue
+        size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        out.append((entry, size, (entry / DONE).stat().st_mtime))
+    return out
+
+
+def evict(limit: int | None = None, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used conversions until the cache is within `limit` bytes
+    (never `keep`, the one just made or loaded); returns the folders removed."""
+    limit = cache_limit_bytes() if limit is None else limit
+    entries = sorted(cache_entries(), key=lambda e: e[2])
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    for entry, size, _ in entries:
+        if total <= limit:
+            break
+        if keep is not None and entry == keep:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        removed.append(entry)
+    return removed
 
 
 def _save_dtype(tensor_types: dict) -> str:
@@ -125,9 +248,14 @@ class ConvertError(Exception):
 
 
 def converted_folder(path: Path) -> Path | None:
-    """The finished cache entry of this GGUF, or None."""
+    """The finished cache entry of this GGUF, or None (also for one this user does not own
+    alone: it is converted again)."""
     entry = gguf.entry_dir(path)
-    return entry if (entry / DONE).is_file() else None
+    if not (entry / DONE).is_file() or cache_problem() or _entry_untrusted(entry):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(entry / DONE)  # last used: what eviction goes by
+    return entry
 
 
 def ensure_converted(path: Path, progress: ProgressFn | None = None,
@@ -136,14 +264,23 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
     done = converted_folder(path)
     if done is not None:
         return done
+    problem = cache_problem()
+    if problem:
+        raise ConvertError(f"{path}: the GGUF conversion cache is refused: {problem}")
     final = gguf.entry_dir(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():  # an entry this user does not trust alone: made again
+        shutil.rmtree(final, ignore_errors=True)
+    header = gguf.cached_header(path)
+    limit = _address_space_limit(header)
+    deadline = time.monotonic() + timeout_s()
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TQDM_DISABLE="1")
     proc = subprocess.Popen([sys.executable, "-m", "npu_console.engine.models.gguf_convert", str(path),
                              str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, text=True, env=env)
+                            stdin=subprocess.DEVNULL, text=True, env=env,
+                            # only setrlimit runs between fork and exec (no locks taken)
+                            preexec_fn=_limit_child(limit) if os.name == "posix" else None)  # noqa: PLW1509
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
                               daemon=True, name="gguf-convert-output")
@@ -164,16 +301,25 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
             if proc.poll() is not None:
                 reader.join(timeout=5)
                 break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise ConvertError(f"{path}: cannot convert: it did not finish within "
+                                   f"{timeout_s():g} s ({TIMEOUT_ENV})")
             time.sleep(0.05)
         errors = [ln.strip()[6:] for ln in lines if ln.startswith("error ")]
         if proc.returncode != 0 or not (tmp / DONE).is_file():
             why = errors[0] if errors else f"the converter exited with status {proc.returncode}"
+            if proc.returncode != 0 and not errors:
+                why += (f" (its address space is limited to {limit / GIB:.1f} GiB; "
+                        f"raise it with {AS_ENV})")
             raise ConvertError(f"{path}: cannot convert: {why}")
         try:
             os.rename(tmp, final)
         except OSError:
             if converted_folder(path) is None:  # not a concurrent conversion that won
                 raise
+        evict(keep=final)
         return final
     finally:
         if proc.poll() is None:

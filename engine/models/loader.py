@@ -170,6 +170,11 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
 
     if cached is None:
         try:
+            if check_memory:  # from the header, before a child dequantizes anything
+                from npu_console.engine.models.gguf import cached_header
+                from npu_console.engine.models.gguf_convert import preflight
+
+                preflight(gguf, cached_header(gguf))
             cached = ensure_converted(gguf, progress=part(0.02, share), cancel=cancel)
         except ConvertError as exc:
             raise ModelLoadError(str(exc)) from None

@@ -212,7 +212,10 @@ class RemoteAdmin:
     # ------------------------------------------------------------------ plumbing
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:
         try:
-            reply = self._client.request(method, path, json=body)
+            # every state-changing call declares JSON, even a bodyless DELETE: the server
+            # refuses writes that do not (cross_site.py)
+            headers = {"Content-Type": "application/json"} if method != "GET" else None
+            reply = self._client.request(method, path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise connection_error(exc, self.base_url) from None
         if reply.status_code >= 400:

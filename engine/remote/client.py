@@ -30,6 +30,7 @@ from npu_console.engine.remote.sse import (
     chunk_reasoning,
     chunk_text,
     error_message,
+    read_capped,
     reasoning_tokens,
     sse_events,
 )
@@ -230,7 +231,7 @@ class RemoteEngine:
             raise err from None
         self._reachable = True
         if resp.status_code != 200:
-            content = await resp.aread()
+            content = await read_capped(resp)  # a hostile server's error body is capped
             await resp.aclose()
             raise error_from_response(resp.status_code, content, resp.headers, self.base_url)
         stream.task = asyncio.ensure_future(self._pump(stream, resp))

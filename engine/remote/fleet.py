@@ -18,6 +18,7 @@ CPU inside a telemetry snapshot).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import threading
@@ -50,6 +51,12 @@ READ_TIMEOUT_S = 2.5  # a poll that hangs still ends well inside the 5 s the vie
 MAX_BACKOFF_S = 30.0
 JITTER = 0.2  # each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER]
 HISTORY_SAMPLES = 3600  # an hour of plots at one sample a second
+# what one host may make this process keep: the server is not trusted (issue 35)
+MAX_DEVICES = 64  # chips shown per host (an Ascend server has 8 or 16)
+MAX_LIST = 256  # processes, alerts, warnings and model ids kept per host
+MAX_HISTORY_KEYS = MAX_DEVICES * 5 + 16  # history rings per host (5 device metrics each)
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # one answer, read in pieces and dropped past this
+POLL_DEADLINE_S = 5.0  # one round of requests, whole; a trickling server turns unreachable
 ENGINE_KEYS = ("engine:generation_tps", "engine:prompt_tps", "engine:running",
                "engine:waiting", "engine:kv_pct")
 # npu-smi's health levels (engine/telemetry/npu_health.py); a status npu-smi does not document
@@ -172,7 +179,34 @@ def _engine_stats(snap: MetricsSnapshot, prev: MetricsSnapshot | None,
         models=models)
 
 
-def _json_list(reply: httpx.Response) -> list | None:
+@dataclass(frozen=True)
+class _Answer:
+    """A whole (size-capped) answer: what the poll reads of a reply."""
+
+    status_code: int
+    content: bytes
+    encoding: str = "utf-8"
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(self.encoding, errors="replace")
+
+    def json(self):
+        return json.loads(self.content)
+
+
+def _capped(telemetry: TelemetrySnapshot, alerts: tuple[AlertEvent, ...],
+            notes: list[str]) -> tuple[TelemetrySnapshot, tuple[AlertEvent, ...]]:
+    """At most MAX_DEVICES chips and MAX_LIST of each list: the server is not trusted."""
+    if len(telemetry.devices) > MAX_DEVICES:
+        notes.append(f"{len(telemetry.devices)} devices, showing the first {MAX_DEVICES}")
+    telemetry = dataclasses.replace(
+        telemetry, devices=telemetry.devices[:MAX_DEVICES],
+        processes=telemetry.processes[:MAX_LIST], warnings=telemetry.warnings[:MAX_LIST])
+    return telemetry, alerts[:MAX_LIST]
+
+
+def _json_list(reply: _Answer) -> list | None:
     """The `data` list of an OpenAI list answer, or None."""
     if reply.status_code != 200:
         return None
@@ -183,7 +217,7 @@ def _json_list(reply: httpx.Response) -> list | None:
     return data if isinstance(data, list) else None
 
 
-def _metrics(reply: httpx.Response) -> MetricsSnapshot | None:
+def _metrics(reply: _Answer) -> MetricsSnapshot | None:
     if reply.status_code != 200:
         return None
     try:
@@ -202,7 +236,7 @@ class _Worker:
         self._publish = publish
         self._rand = rand
         self.stop = threading.Event()
-        self.history = MetricHistory(HISTORY_SAMPLES)
+        self.history = MetricHistory(HISTORY_SAMPLES, max_keys=MAX_HISTORY_KEYS)
         now = time.time()
         self.latest = HostSnapshot(ref.url, ref.name, "connecting", since=now)
         self._metrics: MetricsSnapshot | None = None
@@ -216,32 +250,54 @@ class _Worker:
         headers = {"Authorization": f"Bearer {self.ref.api_key}"} if self.ref.api_key else {}
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         failures = 0
-        with httpx.Client(base_url=self.ref.url, headers=headers, timeout=timeout) as client:
-            self._publish(self, self.latest)
+        client: httpx.Client | None = None
+        self._publish(self, self.latest)
+        try:
             while not self.stop.is_set():
+                if client is None or client.is_closed:
+                    client = httpx.Client(base_url=self.ref.url, headers=headers,
+                                          timeout=timeout)
+                # the poll's total deadline: _get checks it between pieces of an answer; a
+                # server that trickles its headers is cut off by closing the client
+                deadline = time.monotonic() + POLL_DEADLINE_S
+                watchdog = threading.Timer(POLL_DEADLINE_S + 0.5, client.close)
+                watchdog.daemon = True
+                watchdog.start()
                 try:
-                    snap = self._poll(client)
+                    snap = self._poll(client, deadline)
                     failures = 0
                     delay = self.poll_s
                 except _Refused as exc:
                     delay = backoff_s(10**6, self._rand)  # the slowest pace
                     snap = self._failed("unauthorized", str(exc), delay)
-                except (httpx.HTTPError, _NoAnswer) as exc:
+                except (httpx.HTTPError, _NoAnswer, RuntimeError) as exc:
                     failures += 1
                     delay = backoff_s(failures, self._rand)
-                    why = (str(exc) if isinstance(exc, _NoAnswer)
-                           else connection_error(exc, self.ref.url).message)
+                    if client.is_closed or time.monotonic() > deadline:
+                        why = (f"{host_of(self.ref.url)} gave no whole answer within "
+                               f"{POLL_DEADLINE_S:g} s")
+                    elif isinstance(exc, _NoAnswer):
+                        why = str(exc)
+                    elif isinstance(exc, httpx.HTTPError):
+                        why = connection_error(exc, self.ref.url).message
+                    else:
+                        why = f"{type(exc).__name__}: {exc}"
                     snap = self._failed("unreachable", why, delay)
                 except Exception as exc:  # a worker must outlive any one bad answer
                     log.exception("fleet poll of %s failed", self.ref.url)
                     failures += 1
                     delay = backoff_s(failures, self._rand)
                     snap = self._failed("unreachable", f"{type(exc).__name__}: {exc}", delay)
+                finally:
+                    watchdog.cancel()
                 if self.stop.is_set():
                     break
                 self.latest = snap
                 self._publish(self, snap)
                 self.stop.wait(delay)
+        finally:
+            if client is not None:
+                client.close()
 
     def _failed(self, state: HostState, error: str, delay: float) -> HostSnapshot:
         now = time.time()
@@ -250,20 +306,31 @@ class _Worker:
                                    else None, since=prev.since if prev.state == state else now,
                                    next_retry_s=delay, retry_at=now + delay)
 
-    def _get(self, client: httpx.Client, path: str) -> httpx.Response:
-        reply = client.get(path)
-        if reply.status_code in (401, 403):
-            raise _Refused(f"{host_of(self.ref.url)} refused the API key "
-                           f"(HTTP {reply.status_code} on {path})")
-        return reply
+    def _get(self, client: httpx.Client, path: str, deadline: float) -> _Answer:
+        """GET `path`, its answer read in pieces: past MAX_RESPONSE_BYTES or the deadline the
+        read stops and the host counts as not answering."""
+        with client.stream("GET", path) as reply:
+            if reply.status_code in (401, 403):
+                raise _Refused(f"{host_of(self.ref.url)} refused the API key "
+                               f"(HTTP {reply.status_code} on {path})")
+            body = bytearray()
+            for piece in reply.iter_bytes():
+                body += piece
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise _NoAnswer(f"{host_of(self.ref.url)}: the answer to {path} is over "
+                                    f"{MAX_RESPONSE_BYTES // 2**20} MiB")
+                if time.monotonic() > deadline:
+                    raise _NoAnswer(f"{host_of(self.ref.url)} gave no whole answer within "
+                                    f"{POLL_DEADLINE_S:g} s")
+            return _Answer(reply.status_code, bytes(body), reply.encoding or "utf-8")
 
-    def _poll(self, client: httpx.Client) -> HostSnapshot:
+    def _poll(self, client: httpx.Client, deadline: float) -> HostSnapshot:
         """One round of requests; raises on a transport error or a refused key."""
         notes: list[str] = []
         answered = False
         prev = self.latest
         telemetry, alerts = prev.telemetry, prev.alerts
-        reply = self._get(client, "/v1/telemetry")
+        reply = self._get(client, "/v1/telemetry", deadline)
         if reply.status_code == 200:
             try:
                 telemetry, alerts = snapshot_from_json(reply.json())
@@ -272,6 +339,7 @@ class _Worker:
                 notes.append(f"telemetry: {str(exc).splitlines()[0][:120]}")
             else:
                 answered = True
+                telemetry, alerts = _capped(telemetry, alerts, notes)
                 self._record_telemetry(telemetry)
         elif reply.status_code in (404, 503):
             telemetry, alerts = None, ()  # telemetry off there, or a server without it
@@ -280,17 +348,17 @@ class _Worker:
             notes.append(f"telemetry: HTTP {reply.status_code}")
         now = time.time()
         if now - self._models_at >= MODELS_EVERY_S or not self._models:
-            reply = self._get(client, "/v1/models")
+            reply = self._get(client, "/v1/models", deadline)
             cards = _json_list(reply)
             if cards is not None:
-                self._models = tuple(str(c["id"]) for c in cards
+                self._models = tuple(str(c["id"])[:200] for c in cards[:MAX_LIST]
                                      if isinstance(c, dict) and c.get("id"))
                 self._models_at = now
                 answered = True
             else:
                 notes.append(f"models: HTTP {reply.status_code}")
         engine = prev.engine
-        reply = self._get(client, "/metrics")
+        reply = self._get(client, "/metrics", deadline)
         metrics = _metrics(reply)
         if metrics is not None:
             engine = _engine_stats(metrics, self._metrics, self._models)

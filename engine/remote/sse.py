@@ -13,18 +13,54 @@ class StreamEnd(Exception):
     pass
 
 
+MAX_LINE_BYTES = 1 << 20  # one SSE line (a chunk is ~200 bytes; a server is not trusted)
+MAX_EVENT_BYTES = 1 << 20  # one event's data lines together
+MAX_ERROR_BYTES = 64 << 10  # what is read of an error answer's body
+MAX_MESSAGE_CHARS = 500  # an error message as shown to the user
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[str | None]:
+    """The body's lines (CR, LF or CRLF ends), read in pieces; None, then the end, when a line
+    grows past MAX_LINE_BYTES (httpx's own line reader would buffer it whole)."""
+    buf = bytearray()
+    async for piece in response.aiter_bytes():
+        buf += piece
+        while True:
+            ends = [i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
+            if not ends:
+                break
+            cut = min(ends)
+            if buf[cut:cut + 1] == b"\r" and cut + 1 == len(buf):
+                break  # a CR at the end of a piece: its LF may be in the next one
+            line = bytes(buf[:cut])
+            step = 2 if buf[cut:cut + 2] == b"\r\n" else 1
+            del buf[:cut + step]
+            yield line.decode("utf-8", "replace")
+        if len(buf) > MAX_LINE_BYTES:
+            yield None
+            return
+    if buf:
+        yield bytes(buf).rstrip(b"\r").decode("utf-8", "replace")
+
+
 async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """JSON payloads of the `data:` events, in order, until [DONE] or the end of the body.
 
     Comment lines (`: keep-alive`) and other fields are skipped; multi-line data is joined as the
-    SSE format says. A payload that is not JSON is reported as {"error": {"message": ...}}.
+    SSE format says. A payload that is not JSON is reported as {"error": {"message": ...}}, and
+    so is a line or an event over its size cap, which ends the stream.
     """
     data: list[str] = []
-    async for line in response.aiter_lines():
+    size = 0
+    async for line in _lines(response):
+        if line is None:
+            yield {"error": {"message": f"stream line over {MAX_LINE_BYTES} bytes: the server "
+                                        "is not sending server-sent events"}}
+            return
         if line == "":
             if data:
                 payload = "\n".join(data)
-                data = []
+                data, size = [], 0
                 if payload.strip() == "[DONE]":
                     return
                 yield _parse(payload)
@@ -33,11 +69,31 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             continue
         field, _, value = line.partition(":")
         if field == "data":
+            size += len(value)
+            if size > MAX_EVENT_BYTES:
+                yield {"error": {"message": f"stream event over {MAX_EVENT_BYTES} bytes"}}
+                return
             data.append(value.removeprefix(" "))
     if data:  # a server that closes without the blank line after its last event
         payload = "\n".join(data)
         if payload.strip() != "[DONE]":
             yield _parse(payload)
+
+
+async def read_capped(response: httpx.Response, limit: int = MAX_ERROR_BYTES) -> bytes:
+    """At most `limit` bytes of a body (an error answer): the rest is never read."""
+    out = bytearray()
+    async for piece in response.aiter_bytes():
+        out += piece
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
+def _short(text: str) -> str:
+    """One line of at most MAX_MESSAGE_CHARS: a server's message goes into the GUI as it is."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= MAX_MESSAGE_CHARS else flat[:MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def _parse(payload: str) -> dict[str, Any]:
@@ -82,7 +138,15 @@ def reasoning_tokens(usage: Any) -> int | None:
 
 
 def error_message(body: Any, status: int | None = None) -> tuple[str, str | None, str | None]:
-    """(message, param, code) from an OpenAI-shaped error body (or whatever the server sent)."""
+    """(message, param, code) from an OpenAI-shaped error body (or whatever the server sent),
+    each cut to one short line."""
+    message, param, code = _error_parts(body, status)
+    return (_short(message),
+            None if param is None else _short(param)[:100],
+            None if code is None else _short(code)[:100])
+
+
+def _error_parts(body: Any, status: int | None) -> tuple[str, Any, Any]:
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):

@@ -138,12 +138,14 @@ class EngineCore:
         self.thread.start()
 
     def _loop(self) -> None:
-        import torch
-
-        torch.set_num_threads(self.config.resolve_threads())
-        idle_s = self.config.idle_thread_s or None
         retired = False
+        # everything is inside the try, the thread setup too: a failure anywhere marks the
+        # loop crashed and ends its callers' waits, instead of a thread gone without a word
         try:
+            import torch
+
+            torch.set_num_threads(self.config.resolve_threads())
+            idle_s = self.config.idle_thread_s or None
             while True:
                 busy = any(v.scheduler.has_work for v in self.all_variants())
                 with self.lock:
@@ -173,9 +175,9 @@ class EngineCore:
                     self._emit_stats(variants[0], 0.0, 0, 0, 0, 0, 0)
                 self._retire_drained()
         except BaseException as exc:
-            log.exception("engine loop crashed")
             with self.lock:  # add_request checks under the lock: nothing slips into a dead inbox
                 self.crashed = f"engine loop crashed: {type(exc).__name__}: {exc}"
+            log.exception("engine loop crashed")  # after the marker: logging may fail too
         finally:
             if not retired:
                 if self.crashed:

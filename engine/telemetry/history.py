@@ -13,10 +13,14 @@ from npu_console.engine.ring import Ring
 
 
 class MetricHistory:
-    def __init__(self, capacity: int = 1800):
+    def __init__(self, capacity: int = 1800, max_keys: int | None = None):
         if capacity < 1:
             raise ValueError("history capacity must be at least 1")
         self.capacity = int(capacity)
+        # each key preallocates a ring: a source that names new keys on every sample (a
+        # hostile server rotating device ids) stops adding rings here
+        self.max_keys = max_keys
+        self.dropped_keys = 0
         self._rings: dict[str, Ring] = {}
         self._lock = threading.Lock()
 
@@ -26,6 +30,9 @@ class MetricHistory:
             for key, value in values.items():
                 ring = self._rings.get(key)
                 if ring is None:
+                    if self.max_keys is not None and len(self._rings) >= self.max_keys:
+                        self.dropped_keys += 1
+                        continue
                     ring = self._rings[key] = Ring(self.capacity)
                 ring.append(timestamp, value)
 

@@ -1,0 +1,131 @@
+"""A hostile server cannot take the console down (issue 35): the fleet view caps devices,
+history keys and answer sizes and gives each poll a total deadline; the remote engine client
+caps SSE lines and error messages. Real sockets on loopback, the server scripted byte by byte
+(support/hostile_http.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import pytest
+from npu_console.engine.remote import RemoteEngine
+from npu_console.engine.remote import fleet as fleet_mod
+from npu_console.engine.remote.fleet import FleetMonitor, ServerRef
+from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+from support.hostile_http import HostileServer, endless, head, json_answer, trickle
+
+MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
+METRICS = b"# a server with no engine metrics\n"
+
+
+def telemetry(devices: int, prefix: str) -> dict:
+    return {"timestamp": time.time(), "source": "host", "host": None, "processes": [],
+            "alerts": [], "warnings": [], "error": None,
+            "devices": [{"kind": "npu", "index": i, "key": f"{prefix}-{i}", "name": "chip",
+                         "util_pct": 1.0, "mem_used_mb": 1.0, "mem_total_mb": 2.0,
+                         "temp_c": 40.0, "power_w": 10.0} for i in range(devices)]}
+
+
+def plain(path: str):
+    if path.startswith("/v1/models"):
+        return json_answer(MODELS)
+    return [(head(200, "text/plain", len(METRICS)) + METRICS, 0.0)]
+
+
+def wait_for(monitor: FleetMonitor, url: str, pred, timeout: float):
+    deadline = time.monotonic() + timeout
+    snap = None
+    while time.monotonic() < deadline:
+        snap = monitor.snapshot(url)
+        if snap is not None and pred(snap):
+            return snap
+        time.sleep(0.05)
+    raise AssertionError(f"no such snapshot within {timeout} s; last: {snap}")
+
+
+# ----------------------------------------------------------------------------- fleet
+
+
+def test_rotating_device_ids_cannot_grow_the_fleet_history_without_end():
+    counter = itertools.count()
+
+    def handler(method, path):
+        if path == "/v1/telemetry":  # 200 chips, all with new ids on every poll
+            return json_answer(telemetry(200, f"npu{next(counter)}"))
+        return plain(path)
+
+    with HostileServer(handler) as url, FleetMonitor(poll_s=0.02) as monitor:
+        monitor.add(ServerRef(url))
+        wait_for(monitor, url, lambda s: s.state == "up", 20)
+        deadline = time.monotonic() + 30
+        while next(counter) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        snap = monitor.snapshot(url)
+        keys = monitor._workers[url].history.keys()
+    assert snap.state == "up"
+    assert len(snap.telemetry.devices) == fleet_mod.MAX_DEVICES
+    assert "200 devices" in (snap.error or "")
+    assert len(keys) <= fleet_mod.MAX_HISTORY_KEYS
+
+
+def test_a_huge_answer_is_cut_off_and_the_host_is_unreachable():
+    def handler(method, path):
+        if path == "/v1/telemetry":  # 256 MiB, no length: the reader must stop by itself
+            return [(head(200), 0.0), *endless(b"[" * 65536, 256 << 20)]
+        return plain(path)
+
+    with HostileServer(handler) as url, FleetMonitor(poll_s=0.1) as monitor:
+        monitor.add(ServerRef(url))
+        snap = wait_for(monitor, url, lambda s: s.state == "unreachable", 20)
+    assert "MiB" in snap.error or "within" in snap.error, snap.error
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_a_server_that_trickles_turns_unreachable_within_the_poll_deadline(where):
+    body = json.dumps(telemetry(1, "npu")).encode()
+
+    def handler(method, path):
+        if path != "/v1/telemetry":
+            return plain(path)
+        if where == "body":  # headers at once, then a byte every 0.3 s (each read in time)
+            return [(head(200, length=len(body)), 0.0), *trickle(body, 0.3)]
+        return trickle(head(200, length=len(body)) + body, 0.3)
+
+    with HostileServer(handler) as url, FleetMonitor(poll_s=0.1) as monitor:
+        t0 = time.monotonic()
+        monitor.add(ServerRef(url))
+        snap = wait_for(monitor, url, lambda s: s.state == "unreachable", 20)
+        took = time.monotonic() - t0
+    assert took < fleet_mod.POLL_DEADLINE_S + 4, took
+    assert "within" in snap.error, snap.error
+
+
+# ----------------------------------------------------------------------------- remote engine
+
+
+def test_the_remote_client_caps_error_messages_and_sse_lines():
+    huge = "x" * (4 << 20)
+
+    def handler(method, path):
+        if path.startswith("/v1/models"):
+            return json_answer(MODELS)
+        if path == "/v1/completions":  # a 4 MiB error message
+            return json_answer({"error": {"message": huge, "param": None, "code": None}}, 400)
+        if path == "/v1/chat/completions":  # one SSE line that never ends
+            return [(head(200, "text/event-stream"), 0.0), (b"data: ", 0.0),
+                    *endless(b"a" * 65536, 64 << 20)]
+        return plain(path)
+
+    with HostileServer(handler) as url, RemoteEngine(url, poll_interval_s=None,
+                                                     connect_timeout_s=5) as remote:
+        with pytest.raises(EngineError) as refused:
+            remote.submit(GenerationRequest(prompt="x"))
+        message = str(refused.value)
+        assert len(message) <= 600 and "\n" not in message
+        handle = remote.submit(GenerationRequest(messages=[{"role": "user", "content": "hi"}],
+                                                 params=SamplingParams(max_tokens=4)))
+        fin = handle.result(60).finish
+    assert fin.finish_reason == "error"
+    assert "stream line over" in (fin.error or ""), fin.error
