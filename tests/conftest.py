@@ -1,4 +1,16 @@
-"""Shared fixtures. Qt must be told it has no display before any QApplication exists."""
+"""Shared fixtures. Qt must be told it has no display before any QApplication exists.
+
+Lanes (markers registered in pyproject.toml; Makefile targets run them):
+- default lane (`make test`): every test without one of the markers below; it checks behaviour,
+  so it holds no tight timing or quality figure (those are benchmarks or the quality lane).
+- `@pytest.mark.quality` (`make test-quality`): numeric quality bars on real models.
+- `@pytest.mark.dist` (`make test-dist`): wheel, sdist, bundles, fresh venvs (`built_dists`
+  builds the wheel once per session).
+- `@pytest.mark.bench` (`make test-bench`): needs tools built outside the project (llama.cpp).
+Mark a whole module with `pytestmark = pytest.mark.quality`. Assets from ../shared are reached
+through the fixtures here or tests/support/shared.py: missing, they skip a local run and fail
+a CI one (`CI=true`).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +26,23 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinn
 # compiled kernels (engine.kernels.native) are built once per run, outside the real home
 os.environ.setdefault("NPU_CONSOLE_CACHE", tempfile.mkdtemp(prefix="npu-console-cache-"))
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-STORIES_DIR = SHARED / "models" / "stories260K"
-NPU_SMI_FIXTURES = SHARED / "fixtures" / "npu-smi"
+from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need  # noqa: E402
+
+# skips that CI must not get: a missing ../shared asset, a tool .ci/run installs
+_CI_FAILS_SKIP = ("../shared", "not installed")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI, a skip for a missing ../shared asset or an uninstalled tool is a failure, whoever
+    wrote the skip (a module-level skipif as well as a fixture's pytest.skip)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci() and not hasattr(report, "wasxfail"):
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+        if any(s in reason for s in _CI_FAILS_SKIP):
+            report.outcome = "failed"
+            report.longrepr = f"skipped in CI (CI=true), which must not happen: {reason}"
 
 
 @pytest.fixture(autouse=True)
@@ -28,16 +53,19 @@ def _isolated_state(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def stories_dir() -> Path:
-    if not (STORIES_DIR / "config.json").exists():
-        pytest.skip("../shared/models/stories260K is not available")
+    need(STORIES_DIR / "config.json", "../shared/models/stories260K")
     return STORIES_DIR
 
 
 @pytest.fixture(scope="session")
 def npu_smi_fixtures() -> Path:
-    if not NPU_SMI_FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/npu-smi is not available")
-    return NPU_SMI_FIXTURES
+    return need(NPU_SMI_FIXTURES)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct, the real GGUF in ../shared/models."""
+    return need(SMOLLM_GGUF, "../shared/models/smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +85,16 @@ def demo_model_dir() -> Path:
     if not (DEMO_MODEL_DIR / "config.json").exists():
         pytest.fail(f"demo model missing at {DEMO_MODEL_DIR}: run packaging/train_demo_model.sh")
     return DEMO_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory) -> dict[str, Path]:
+    """The wheel and sdist of this checkout, built once per session for every dist-lane test."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("dists")
+    res = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+                         capture_output=True, text=True, check=False, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return {"wheel": next(out.glob("*.whl")), "sdist": next(out.glob("*.tar.gz"))}

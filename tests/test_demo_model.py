@@ -106,6 +106,7 @@ def test_greedy_continuation_is_mostly_real_words(demo, prompt):
 
 
 @pytest.mark.slow
+@pytest.mark.quality
 def test_heldout_perplexity_matches_the_model_card(demo, demo_model_dir):
     from npu_console.engine.demo.train import _encode_documents, heldout_loss
 

@@ -15,6 +15,8 @@ from npu_console.engine.quant.auto import calibration_samples, run_auto, self_to
 from npu_console.engine.quant.config import QuantConfig
 from support.gguf import SMOLLM_GGUF
 
+pytestmark = pytest.mark.quality  # the quality lane (tests/conftest.py)
+
 HELDOUT = CALIB_DIR / "heldout_en.txt"
 # method: (max perplexity increase %, min share of linear weights in int8)
 BARS = {"w8a16": (0.3, 1.0), "w8a8-dynamic": (1.0, 0.85), "w8a8-static": (1.5, 0.85)}

@@ -1,0 +1,35 @@
+"""The test assets in ../shared (real models, real npu-smi captures), named once.
+
+They are not part of the checkout. Outside CI a test that needs a missing one is skipped (and
+listed by `-rs`); in CI (`CI=true`) it fails, so no CI run passes by skipping them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared"
+STORIES_DIR = SHARED / "models" / "stories260K"
+NPU_SMI_FIXTURES = SHARED / "fixtures" / "npu-smi"
+SMOLLM2_DIR = SHARED / "models" / "smollm2-135m-instruct"
+SMOLLM_GGUF = SMOLLM2_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need(path: Path, what: str | None = None) -> Path:
+    """`path` when it exists; otherwise skip the test, or fail it in CI."""
+    if path.exists():
+        return path
+    if what is None:
+        what = (f"../shared/{path.relative_to(SHARED)}" if path.is_relative_to(SHARED)
+                else str(path))
+    message = f"{what} is not available"
+    if in_ci():
+        pytest.fail(f"{message} (CI=true: a missing test asset fails the run)", pytrace=False)
+    pytest.skip(message)
