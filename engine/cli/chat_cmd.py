@@ -36,15 +36,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _fallback_model(args) -> None:
-    """Until the demo model ships, fall back to the shared tiny Llama when it is there."""
+def _check_demo_model(args) -> None:
+    """The default --model is the built-in demo model; an install without it says so in one line
+    (the product never reaches outside its own files for a model)."""
     from npu_console.engine.paths import DEMO_MODEL_DIR
 
     if Path(args.model) == DEMO_MODEL_DIR and not (DEMO_MODEL_DIR / "config.json").exists():
-        stories = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K"
-        if (stories / "config.json").exists():
-            print(f"(demo model not built yet; using {stories})", file=sys.stderr)
-            args.model = str(stories)
+        raise CliError(f"the built-in demo model is missing from {DEMO_MODEL_DIR} (a broken "
+                       "install?); pass --model FOLDER")
 
 
 def run(args) -> int:
@@ -59,7 +58,7 @@ def run(args) -> int:
     if getattr(args, "remote", None):
         engine, banner = _connect_remote(args)
     else:
-        _fallback_model(args)
+        _check_demo_model(args)
         loaded = load_for_cli(args)
         engine = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads,
                                           reasoning_parser=args.reasoning_parser))
