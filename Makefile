@@ -36,7 +36,7 @@ PYTEST := QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 # extra pytest arguments for the default lane, e.g. PYTEST_ARGS="-n 2" (pytest-xdist)
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PYTEST) -m "not quality and not dist and not bench" $(PYTEST_ARGS)
+	$(PYTEST) -m "not quality and not dist and not bench and not gpu" $(PYTEST_ARGS)
 
 test-quality: $(STAMP)
 	$(PYTEST) -m quality

@@ -7,6 +7,7 @@ Lanes (markers registered in pyproject.toml; Makefile targets run them):
 - `@pytest.mark.dist` (`make test-dist`): wheel, sdist, bundles, fresh venvs (`built_dists`
   builds the wheel once per session).
 - `@pytest.mark.bench` (`make test-bench`): needs tools built outside the project (llama.cpp).
+- `@pytest.mark.gpu` (tests/device/gpu_check.sh): needs a CUDA device.
 Mark a whole module with `pytestmark = pytest.mark.quality`. Assets from ../shared are reached
 through the fixtures here or tests/support/shared.py: missing, they skip a local run and fail
 a CI one (`CI=true`).
@@ -25,6 +26,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinning workers starve 2 cores
 # compiled kernels (engine.kernels.native) are built once per run, outside the real home
 os.environ.setdefault("NPU_CONSOLE_CACHE", tempfile.mkdtemp(prefix="npu-console-cache-"))
+
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+# hypothesis's default 200 ms deadline per example is a timing assert: a shared 2-core machine
+# misses it for no fault of the code. Properties are checked without one.
+_hypothesis_settings.register_profile("npu-console", deadline=None)
+_hypothesis_settings.load_profile("npu-console")
 
 from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need  # noqa: E402
 
