@@ -27,14 +27,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinn
 # compiled kernels (engine.kernels.native) are built once per run, outside the real home
 os.environ.setdefault("NPU_CONSOLE_CACHE", tempfile.mkdtemp(prefix="npu-console-cache-"))
 
-from hypothesis import settings as _hypothesis_settings  # noqa: E402
+from hypothesis import settings as _hypothesis_settings
 
 # hypothesis's default 200 ms deadline per example is a timing assert: a shared 2-core machine
 # misses it for no fault of the code. Properties are checked without one.
 _hypothesis_settings.register_profile("npu-console", deadline=None)
 _hypothesis_settings.load_profile("npu-console")
 
-from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need  # noqa: E402
+from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need
 
 # skips that CI must not get: a missing ../shared asset, a tool .ci/run installs
 _CI_FAILS_SKIP = ("../shared", "not installed")

@@ -123,11 +123,9 @@ def test_cancel_a_load(window, qtbot, stories_dir, monkeypatch):
 
 
 def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window, qtbot,
-                                                                         tmp_path, monkeypatch):
-    from support.gguf import SMOLLM_GGUF
-
-    if not SMOLLM_GGUF.is_file():
-        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+                                                                         tmp_path, monkeypatch,
+                                                                         smollm2_gguf):
+    SMOLLM_GGUF = smollm2_gguf
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))  # nothing converted yet
     page = window.page("models")
     assert page.open_folder(str(SMOLLM_GGUF))

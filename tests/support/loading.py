@@ -10,7 +10,7 @@ def held_loads(monkeypatch) -> threading.Event:
     """Every model load (the engine's, the console's: both call engine.models.load_model) waits
     until the returned event is set, then loads for real; a cancel while it waits ends it as
     the real loader's cancel does."""
-    import npu_console.engine.models as models
+    from npu_console.engine import models
 
     real = models.load_model
     release = threading.Event()
