@@ -24,8 +24,19 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinning workers starve 2 cores
-# compiled kernels (engine.kernels.native) are built once per run, outside the real home
-os.environ.setdefault("NPU_CONSOLE_CACHE", tempfile.mkdtemp(prefix="npu-console-cache-"))
+# a fresh cache per run (converted GGUFs, calibration...), outside the real home; but the
+# compiled kernels (engine.kernels.native, named by a hash of source, flags and CPU) are kept
+# across runs in .pytest_cache: a -O3 build costs a test session 10 s to minutes on a busy
+# machine, and a build is written atomically, so runs and xdist workers can share them
+if "NPU_CONSOLE_CACHE" not in os.environ:
+    _cache = Path(tempfile.mkdtemp(prefix="npu-console-cache-"))
+    _kernels = Path(__file__).resolve().parent.parent / ".pytest_cache" / "npu-console-kernels"
+    try:
+        _kernels.mkdir(parents=True, exist_ok=True)
+        (_cache / "kernels").symlink_to(_kernels, target_is_directory=True)
+    except OSError:  # a read-only checkout: build them in the run's own cache
+        pass
+    os.environ["NPU_CONSOLE_CACHE"] = str(_cache)
 
 from hypothesis import settings as _hypothesis_settings
 
