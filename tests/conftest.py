@@ -16,6 +16,7 @@ a CI one (`CI=true`).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,17 +27,30 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it; spinning workers starve 2 cores
 # a fresh cache per run (converted GGUFs, calibration...), outside the real home; but the
 # compiled kernels (engine.kernels.native, named by a hash of source, flags and CPU) are kept
-# across runs in .pytest_cache: a -O3 build costs a test session 10 s to minutes on a busy
-# machine, and a build is written atomically, so runs and xdist workers can share them
+# across runs in .pytest_cache: a -O3 build costs a session 10 s to minutes on a busy machine.
+# Copied in at the start and back at the end (the kernel cache refuses a symlinked folder).
+KERNEL_STORE = Path(__file__).resolve().parent.parent / ".pytest_cache" / "npu-console-kernels"
 if "NPU_CONSOLE_CACHE" not in os.environ:
     _cache = Path(tempfile.mkdtemp(prefix="npu-console-cache-"))
-    _kernels = Path(__file__).resolve().parent.parent / ".pytest_cache" / "npu-console-kernels"
-    try:
-        _kernels.mkdir(parents=True, exist_ok=True)
-        (_cache / "kernels").symlink_to(_kernels, target_is_directory=True)
-    except OSError:  # a read-only checkout: build them in the run's own cache
-        pass
     os.environ["NPU_CONSOLE_CACHE"] = str(_cache)
+    if KERNEL_STORE.is_dir():
+        (_cache / "kernels").mkdir(mode=0o700)
+        for _so in KERNEL_STORE.glob("*.so"):
+            shutil.copy2(_so, _cache / "kernels" / _so.name)
+            (_cache / "kernels" / _so.name).chmod(0o700)
+
+
+def pytest_sessionfinish(session):
+    built = Path(os.environ["NPU_CONSOLE_CACHE"]) / "kernels"
+    if built.is_dir() and not hasattr(session.config, "workerinput"):  # xdist: the controller
+        try:
+            KERNEL_STORE.mkdir(parents=True, exist_ok=True)
+            for so in built.glob("*.so"):
+                if not (KERNEL_STORE / so.name).exists():
+                    shutil.copy2(so, KERNEL_STORE / so.name)
+        except OSError:
+            pass  # a read-only checkout: the next run builds them again
+
 
 from hypothesis import settings as _hypothesis_settings
 
@@ -47,8 +61,9 @@ _hypothesis_settings.load_profile("npu-console")
 
 from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need
 
-# skips that CI must not get: a missing ../shared asset, a tool .ci/run installs
-_CI_FAILS_SKIP = ("../shared", "not installed")
+# skips that CI must not get: a missing ../shared asset, a tool .ci/run installs, the native
+# kernels (CI's x86 CPUs and gcc build them)
+_CI_FAILS_SKIP = ("../shared", "not installed", "native kernels unavailable")
 
 
 @pytest.hookimpl(hookwrapper=True)
