@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint serve screenshots dist bundle install-desktop icons clean
+.PHONY: run test test-quality test-dist test-bench test-all venv lint serve screenshots dist bundle install-desktop icons clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,33 @@ run: $(STAMP)
 	  $(BIN)/npu-console gui --note "$$note"; \
 	fi
 
+# Test lanes (markers in pyproject.toml, described in tests/conftest.py). `make test` is the
+# default lane: everything that checks behaviour. -rs (in addopts) lists every skip at the end.
+PYTEST := QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+# extra pytest arguments for the default lane, e.g. PYTEST_ARGS="-n 2" (pytest-xdist)
+PYTEST_ARGS ?=
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	$(PYTEST) -m "not quality and not dist and not bench and not gpu" $(PYTEST_ARGS)
+
+test-quality: $(STAMP)
+	$(PYTEST) -m quality
+
+test-dist: $(STAMP)
+	$(PYTEST) -m dist
+
+# needs llama.cpp's tools ($$LLAMA_CPP_BIN or PATH; ../shared/tools/build_llama_cpp.sh)
+test-bench: $(STAMP)
+	NPU_CONSOLE_BENCH_TOOLS=1 $(PYTEST) -m bench
+
+# every lane CI runs (bench needs tools CI does not build), each lane's wall time printed; a
+# failing lane does not stop the others, the target fails at the end if any failed
+test-all: $(STAMP)
+	@failed=""; for lane in test test-quality test-dist; do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$lane || failed="$$failed $$lane"; \
+	  echo "== make $$lane: $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== failed lanes:$$failed"; exit 1; fi
 
 serve: $(STAMP)
 	$(BIN)/npu-console serve

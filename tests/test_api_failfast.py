@@ -48,7 +48,7 @@ def test_after_a_crash_requests_get_503_with_the_reason_at_once(engine):
         t0 = time.monotonic()
         r = completion(url)
         elapsed = time.monotonic() - t0
-        assert r.status_code == 503 and elapsed < 1.0
+        assert r.status_code == 503 and elapsed < 5.0  # at once, not after a generation
         err = r.json()["error"]
         assert err["type"] == "service_unavailable"
         assert "engine loop crashed" in err["message"] and "EngineKilled" in err["message"]

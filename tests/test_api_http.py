@@ -398,9 +398,10 @@ def test_prompt_logging_when_enabled(engine):
         assert "remember me" in controller.request_log.entries()[-1].prompt
 
 
-def test_no_model_is_503_and_loading_is_503(stories_dir):
+def test_no_model_is_503_and_loading_is_503(stories_dir, monkeypatch):
     from npu_console.engine.runtime.config import EngineConfig
     from npu_console.engine.runtime.engine import LocalEngine
+    from support.loading import held_loads
 
     empty = LocalEngine(EngineConfig(num_threads=1))
     try:
@@ -409,10 +410,12 @@ def test_no_model_is_503_and_loading_is_503(stories_dir):
             assert r.status_code == 503 and r.json()["status"] == "no_model"
             assert_error(post(url, "/v1/completions", {"prompt": "x"}), 503,
                          contains="no model")
+            release = held_loads(monkeypatch)  # the load cannot end before /health answers
             job = empty.load(stories_dir, name="late")
             r = httpx.get(url + "/health")
-            if not job.done():
-                assert r.status_code == 503 and r.json()["status"] == "loading"
+            assert r.status_code == 503 and r.json()["status"] == "loading"
+            assert not job.done()
+            release.set()
             job.result(300)
             assert httpx.get(url + "/health").status_code == 200
             assert post(url, "/v1/completions", {"prompt": "x", "max_tokens": 1}).json()[

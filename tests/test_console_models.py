@@ -103,27 +103,29 @@ def test_load_with_progress_then_unload(window, qtbot, stories_dir):
     assert window.model_label.text() == "no model"
 
 
-def test_cancel_a_load(window, qtbot, stories_dir):
+def test_cancel_a_load(window, qtbot, stories_dir, monkeypatch):
+    from support.loading import held_loads
+
     page = window.page("models")
     page.open_folder(str(stories_dir))
     page.name_edit.setText("cancelled-one")
     host = window.ctx.engine_host
+    release = held_loads(monkeypatch)  # the load cannot finish before the cancel lands
     job = host.load(stories_dir, name="cancelled-one")
-    host.cancel(job.job_id)
+    qtbot.waitUntil(lambda: page.job is not None and page.job.job_id == job.job_id,
+                    timeout=WAIT_MS)
+    page.cancel_btn.click()  # as the user cancels it
     qtbot.waitUntil(lambda: page.job is None, timeout=WAIT_MS)
-    names = [m.name for m in host.models()]
-    if "cancelled-one" in names:  # the load won the race; cancel must not have broken anything
-        host.unload("cancelled-one")
-    else:
-        assert "cancel" in page.status.text().lower()
+    release.set()
+    assert "cancelled-one" not in [m.name for m in host.models()]
+    assert page.status.text() == "Loading cancelled."
+    assert page.load_btn.isEnabled() and not page.cancel_btn.isEnabled()
 
 
 def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window, qtbot,
-                                                                         tmp_path, monkeypatch):
-    from support.gguf import SMOLLM_GGUF
-
-    if not SMOLLM_GGUF.is_file():
-        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+                                                                         tmp_path, monkeypatch,
+                                                                         smollm2_gguf):
+    SMOLLM_GGUF = smollm2_gguf
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))  # nothing converted yet
     page = window.page("models")
     assert page.open_folder(str(SMOLLM_GGUF))

@@ -11,7 +11,6 @@ own engine serves the demo model as "local"."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -24,10 +23,10 @@ from npu_console.console.testing import window_with_models
 from npu_console.engine.remote.admin import RemoteAdmin
 from PySide6.QtCore import Qt
 from support.serve import Serve
+from support.shared import SMOLLM_GGUF
 
 KEY = "sk-admin-0123456789abcdef"
-SMOLLM2 = Path(__file__).resolve().parents[2] / "shared" / "models" / "smollm2-135m-instruct" / \
-    "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2 = SMOLLM_GGUF
 WAIT_MS = 120_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
@@ -142,7 +141,8 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     assert window.model_label.text().startswith("model: local · ")
 
 
-@pytest.mark.skipif(not SMOLLM2.exists(), reason="needs ../shared/models/smollm2-135m-instruct")
+@pytest.mark.skipif(not SMOLLM2.exists(),
+                    reason="../shared/models/smollm2-135m-instruct is not available")
 def test_models_page_cancels_a_load_on_the_server(window, servers, qtbot):
     url = servers["admin"]
     page = _models_page(window, qtbot, url)

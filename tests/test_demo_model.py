@@ -106,6 +106,7 @@ def test_greedy_continuation_is_mostly_real_words(demo, prompt):
 
 
 @pytest.mark.slow
+@pytest.mark.quality
 def test_heldout_perplexity_matches_the_model_card(demo, demo_model_dir):
     from npu_console.engine.demo.train import _encode_documents, heldout_loss
 
@@ -197,7 +198,24 @@ def test_qa_conversation_matches_chat_template_layout():
     text = chat.render(messages)
     assert text.startswith(chat.BOS)
     assert text.endswith(f"{chat.ASSISTANT}\nSerialize an object to a JSON formatted string.{chat.EOS}\n")
-    assert chat.qa_conversation("json.dumps", "x") == chat.qa_conversation("json.dumps", "x")
+    # the question is chosen by the name, not a random state: the same name, the same question;
+    # across names every question form is used, with or without a system prompt
+    names = [f"mod{i}.func{i}" for i in range(60)]
+    convs = [chat.qa_conversation(n, "x") for n in names]
+    assert convs == [chat.qa_conversation(n, "x") for n in names]
+    forms = {c[-2]["content"].replace(n, "{name}").replace(n.rsplit(".", 1)[-1], "{name}")
+             for n, c in zip(names, convs)}
+    assert forms == set(chat._QUESTIONS)
+    assert {c[0]["role"] for c in convs} == {"system", "user"}
+    # render() writes what the shipped template renders, for every layout a sample can have
+    import jinja2
+
+    template = jinja2.Environment().from_string(chat.CHAT_TEMPLATE)
+    for messages in convs[:8]:
+        for gen in (False, True):
+            assert chat.render(messages, add_generation_prompt=gen) == template.render(
+                messages=messages, bos_token=chat.BOS, eos_token=chat.EOS,
+                add_generation_prompt=gen)
 
 
 def test_train_cli_rejects_bad_arguments_in_one_line(capsys, tmp_path):

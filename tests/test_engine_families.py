@@ -8,6 +8,7 @@ import pytest
 import torch
 from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+from support.kernels import assert_same_greedy_tokens
 from support.models import WIDE, RunnerSeq, needs_native, tiny, wide
 
 
@@ -42,7 +43,7 @@ def test_family_greedy_matches_generate(family):
         with torch.inference_mode():
             out = loaded.model.generate(torch.tensor([p]), max_new_tokens=20, min_new_tokens=20,
                                         do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert list(r.token_ids) == out[0, len(p):].tolist()
+        assert_same_greedy_tokens(loaded.model, p, r.token_ids, out[0, len(p):].tolist())
     assert first.token_ids == res[0].token_ids
 
 
@@ -75,7 +76,7 @@ def test_transposed_lm_head_keeps_greedy_tokens(monkeypatch, tied):
             out = pristine.model.generate(torch.tensor([p]), max_new_tokens=16,
                                           min_new_tokens=16, do_sample=False,
                                           eos_token_id=None, pad_token_id=0)
-        assert list(r.token_ids) == out[0, len(p):].tolist()
+        assert_same_greedy_tokens(pristine.model, p, r.token_ids, out[0, len(p):].tolist())
 
 
 def test_batched_decode_in_any_slot_order_equals_decoding_alone():
@@ -128,7 +129,7 @@ def test_native_decode_products_keep_greedy_tokens(family):
         with torch.inference_mode():
             out = model.generate(torch.tensor([p]), max_new_tokens=24, min_new_tokens=24,
                                  do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert list(r.token_ids) == out[0, len(p):].tolist()
+        assert_same_greedy_tokens(model, p, r.token_ids, out[0, len(p):].tolist())
 
 
 def test_native_and_torch_products_give_the_same_logits():

@@ -50,7 +50,7 @@ def test_a_dead_loop_fails_its_requests_and_refuses_new_ones_at_once(engine, dem
     t0 = time.monotonic()
     with pytest.raises(EngineStoppedError, match="engine loop crashed") as err:
         engine.submit(GenerationRequest(prompt="Once", params=greedy()))
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 5.0  # at once (a generous bound on a shared machine)
     assert err.value.http_status == 503 and "restart" in err.value.message
     with pytest.raises(EngineStoppedError):
         engine.load(demo_model_dir, name="again")

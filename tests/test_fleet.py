@@ -82,6 +82,12 @@ def test_backoff_doubles_to_the_cap_and_jitters():
     assert low == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8])
     assert high == pytest.approx([1.2, 2.4, 4.8, 9.6, 19.2])
     assert backoff_s(100, lambda: 1.0) == MAX_BACKOFF_S  # jitter never passes the cap
+    # a monitor's own schedule (tests shrink it)
+    assert [backoff_s(n, lambda: 0.5, 0.2, 1.6) for n in range(1, 6)] == pytest.approx(
+        [0.2, 0.4, 0.8, 1.6, 1.6])
+    for bad in ({"backoff_first_s": 0}, {"backoff_first_s": 2.0, "backoff_max_s": 1.0}):
+        with pytest.raises(ValueError, match="backoff"):
+            FleetMonitor(**bad)
 
 
 def test_chip_summary_of_a_replayed_capture(npu_smi_fixtures):
@@ -137,7 +143,9 @@ def test_a_bad_url_is_refused_at_once():
 @pytest.mark.slow
 def test_two_servers_up_then_one_lost_and_back(servers):
     a, b = servers
-    fleet = FleetMonitor(poll_s=0.5)
+    # the backoff shrunk (0.2 s doubling to 1.6 s, not 1 s to 30 s): the same schedule in
+    # seconds instead of minutes
+    fleet = FleetMonitor(poll_s=0.5, backoff_first_s=0.2, backoff_max_s=1.6)
     rec = Recorder(fleet)
     try:
         ref_a = fleet.add(ServerRef(a.url + "/v1/", KEY_A, "rack-a"))
@@ -181,13 +189,14 @@ def test_two_servers_up_then_one_lost_and_back(servers):
         assert lost.retry_at > time.time() - 1
         assert lost.telemetry is not None  # the last data stays, for a greyed card
         assert fleet.snapshot(a.url).state == "up"
-        # backoff: the tries while it is down space out
-        time.sleep(8)
-        fails = [s for _t, s in rec.of(b.url) if s.state == "unreachable"]
+        # backoff: the tries while it is down space out (0.2, 0.4, 0.8, 1.6 s, each +-20 %)
+        fails = wait_for(lambda: (f := [s for _t, s in rec.of(b.url)
+                                        if s.state == "unreachable"])[4:] and f, 30,
+                         "five failed polls")
         waits = [s.next_retry_s for s in fails]
         print("retry waits while down:", [round(w, 2) for w in waits])
-        assert 3 <= len(fails) <= 5, waits
-        assert waits == sorted(waits) and waits[-1] > 2 * waits[0]
+        assert waits[:4] == sorted(waits[:4]) and waits[3] > 2 * waits[0]
+        assert max(waits) <= 1.6 and waits[0] <= 0.2 * 1.2 + 1e-9
         assert len({s.since for s in fails}) == 1  # one outage, one start time
 
         # back on the same port: up again
@@ -195,7 +204,7 @@ def test_two_servers_up_then_one_lost_and_back(servers):
         b.wait_ready()
         back = time.monotonic()
         up = wait_for(lambda: (s := fleet.snapshot(b.url)).state == "up" and s,
-                      MAX_BACKOFF_S + 15, "B up again")
+                      fleet.backoff[1] + 15, "B up again")
         print(f"up {time.monotonic() - back:.1f} s after the restart")
         assert [d.name for d in up.telemetry.accelerators] == ["310P3"] * 2
         assert up.error is None and up.since > lost.since
@@ -223,7 +232,7 @@ def _count_401(url: str, key: str) -> float:
 def test_a_wrong_key_is_unauthorized_and_not_hammered(servers):
     a, _b = servers
     before = _count_401(a.url, KEY_A)
-    fleet = FleetMonitor(poll_s=0.2)
+    fleet = FleetMonitor(poll_s=0.1)
     rec = Recorder(fleet)
     try:
         fleet.add(ServerRef(a.url, "not-the-key"))
@@ -232,7 +241,7 @@ def test_a_wrong_key_is_unauthorized_and_not_hammered(servers):
         assert "refused the API key" in snap.error and "401" in snap.error
         assert snap.telemetry is None and snap.engine is None
         assert snap.next_retry_s >= MAX_BACKOFF_S * 0.75
-        time.sleep(3)  # 15 polls at the normal pace; none may happen
+        time.sleep(1.5)  # 15 polls at the normal pace; none may happen
         assert [s.state for _t, s in rec.of(a.url)] == ["connecting", "unauthorized"]
         assert _count_401(a.url, KEY_A) - before == 1
         # no key at all: the same
@@ -254,18 +263,18 @@ def test_a_server_that_never_answers_is_unreachable_and_blocks_nobody():
     try:
         t0 = time.monotonic()
         fleet.add(ServerRef(url, "k"))
-        assert time.monotonic() - t0 < 0.5
+        assert time.monotonic() - t0 < 2.0  # at once (generous: a shared machine)
         assert fleet.snapshot(url).state == "connecting"
         snap = wait_for(lambda: (s := fleet.snapshot(url)).state == "unreachable" and s, 10,
                         "unreachable")
         took = time.monotonic() - t0
         print(f"\nhung server unreachable after {took:.2f} s: {snap.error}")
-        assert took < 5.0 and "timed out" in snap.error
+        assert took < 8.0 and "timed out" in snap.error  # 2.5 s read timeout; generous
         t1 = time.monotonic()
         fleet.add(ServerRef(url, "other"))  # replaces the worker stuck in its request
         assert fleet.remove(url)
         fleet.close()
-        assert time.monotonic() - t1 < 0.5
+        assert time.monotonic() - t1 < 2.0
         assert fleet.join(10)  # the stuck workers end by their own timeouts
     finally:
         fleet.close()

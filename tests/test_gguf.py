@@ -12,16 +12,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.gguf import SMOLLM_GGUF, write_gguf
+from support.gguf import write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def smollm_gguf() -> Path:
-    if not SMOLLM_GGUF.is_file():
-        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
-    return SMOLLM_GGUF
+def smollm_gguf(smollm2_gguf) -> Path:
+    return smollm2_gguf
 
 
 def _cli(*args, cache: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

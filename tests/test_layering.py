@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parent.parent / "engine"
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "engine"
 QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
 CONSOLE = "npu_console.console"
 
@@ -140,3 +141,17 @@ def test_no_test_imports_another_test_module():
                           if n.split(".")[0] in ("tests", "conftest")
                           or n.split(".")[0].startswith("test_")]
     assert not offenders
+
+
+def test_shipped_code_never_reaches_into_shared():
+    """../shared holds this workspace's test assets; no string the product runs with may name it
+    (docstrings may say so)."""
+    hits = []
+    for pkg in ("engine", "console", "npu_console"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+            hits += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in docs and (n.value == "shared" or "../shared" in n.value)]
+    assert not hits, hits

@@ -10,6 +10,7 @@ import pytest
 import torch
 from npu_console.engine.runtime.runner import BatchedRunner
 from npu_console.engine.runtime.scheduler import ScheduledSeq
+from support.kernels import assert_same_choice
 from support.models import RunnerSeq, needs_native, tiny, wide
 
 
@@ -58,7 +59,7 @@ def test_native_step_equals_the_pytorch_loop(family):
     for a, b in out:
         assert a.shape == b.shape == (6, model.config.vocab_size)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
     assert torch.allclose(native.kv.k, torch_.kv.k, atol=1e-5)
     assert torch.allclose(native.kv.v, torch_.kv.v, atol=1e-5)
 
@@ -92,9 +93,11 @@ def test_native_step_runs_int8_layers_like_the_pytorch_loop(method):
     for a, b in out:
         if method == "w8a16":
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+            tol = 1e-4 + 1e-4 * float(b.abs().max())
         else:
             assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+            tol = 0.02 * float(b.abs().max())
+        assert_same_choice(a, b, tol)
 
 
 @pytest.mark.parametrize("group_size", [32, 128])
@@ -107,7 +110,7 @@ def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(group_size)
     assert layer.group_size == group_size and layer.weight_scale.shape == (256, 256 // group_size)
     for a, b in out:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
 
 
 def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
@@ -186,4 +189,4 @@ def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike
         native.layers[0].self_attn.q_proj.input_scale.item()
     for a, b in out:
         assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        assert_same_choice(a, b, 0.02 * float(b.abs().max()))

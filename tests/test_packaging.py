@@ -1,5 +1,8 @@
 """Packaging: wheel/sdist contents, the offline bundle (built, installed with no network, run),
-the preflight checks a server gets before install, the systemd unit and the desktop entry."""
+the preflight checks a server gets before install, the systemd unit and the desktop entry.
+
+The tests that build the wheel or a bundle are the `dist` lane (`make test-dist`); the rest run
+in the default lane."""
 
 from __future__ import annotations
 
@@ -326,8 +329,6 @@ def test_env_file_is_plain_assignments_that_serve_accepts():
             assert sep and key.isidentifier() and key == key.strip(), line
             values[key] = value
     assert values["NPU_CONSOLE_SERVE_ARGS"]
-    if importlib.util.find_spec("npu_console.engine.cli.serve_cmd") is None:
-        pytest.skip("npu-console serve is not in this checkout yet")
     from npu_console.engine.cli.main import build_parser
 
     args = build_parser().parse_args(["serve", *shlex.split(values["NPU_CONSOLE_SERVE_ARGS"])])
@@ -385,11 +386,8 @@ def test_icons_are_rendered_from_the_svg():
 
 
 @pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("dists")
-    res = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return {"wheel": next(out.glob("*.whl")), "sdist": next(out.glob("*.tar.gz"))}
+def dists(built_dists) -> dict[str, Path]:
+    return built_dists
 
 
 def _expected_assets() -> set[str]:
@@ -402,6 +400,7 @@ def _expected_assets() -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
     names = set(zipfile.ZipFile(dists["wheel"]).namelist())
     tops = {n.split("/")[0] for n in names}
@@ -417,18 +416,18 @@ def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
                    "npu_console/engine/kernels/cpu_gemm.c",
                    "npu_console/engine/kernels/cpu_decode.c"):
         assert needed in names
-    if DEMO_CONFIG.exists():
-        assert "npu_console/assets/models/demo/config.json" in names
-        assert any(
-            n.startswith("npu_console/assets/models/demo/") and n.endswith(".safetensors")
-            for n in names
-        )
+    assert "npu_console/assets/models/demo/config.json" in names
+    assert any(
+        n.startswith("npu_console/assets/models/demo/") and n.endswith(".safetensors")
+        for n in names
+    )
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
     assert "npu-console = npu_console.engine.cli.main:main" in text
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_sdist_leaves_out_tests_docs_and_packaging(dists):
     with tarfile.open(dists["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
@@ -550,6 +549,7 @@ def _installed_top_levels(prefix: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 @pytest.mark.timeout(1500)
 def test_the_installed_wheel_puts_one_package_in_site_packages_and_no_qt(installed_bundle):
     assert _installed_top_levels(installed_bundle) == {"npu_console"}
@@ -569,6 +569,7 @@ def _installed(prefix: Path, *args: str, timeout: int = 300) -> subprocess.Compl
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 @pytest.mark.timeout(1500)
 def test_bundle_installs_offline_and_reports_its_flavour(installed_bundle):
     res = _installed(installed_bundle, "--version")
@@ -589,10 +590,9 @@ def test_bundle_installs_offline_and_reports_its_flavour(installed_bundle):
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 @pytest.mark.timeout(1500)
 def test_bundle_doctor_json(installed_bundle):
-    if importlib.util.find_spec("npu_console.engine.cli.doctor_cmd") is None:
-        pytest.skip("npu-console doctor is not in this checkout yet")
     res = _installed(installed_bundle, "doctor", "--json")
     report = json.loads(res.stdout)
     checks = {c["name"]: c for c in report["checks"]}
@@ -600,18 +600,15 @@ def test_bundle_doctor_json(installed_bundle):
         checks["python"]["status"] == "ok" and str(installed_bundle) in checks["python"]["detail"]
     )
     assert checks["torch"]["status"] == "ok" and "2.13.0+cpu" in checks["torch"]["detail"]
-    if DEMO_CONFIG.exists():
-        assert checks["demo model"]["status"] == "ok", checks["demo model"]
+    assert checks["demo model"]["status"] == "ok", checks["demo model"]
     assert res.returncode == (0 if report["ok"] else 1)
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 @pytest.mark.timeout(1500)
 def test_bundle_generates_with_its_demo_model_like_the_checkout(installed_bundle):
-    if importlib.util.find_spec("npu_console.engine.cli.generate_cmd") is None:
-        pytest.skip("npu-console generate is not in this checkout yet")
-    if not DEMO_CONFIG.exists():
-        pytest.skip("the demo model is not trained in this checkout yet (assets/models/demo)")
+    assert DEMO_CONFIG.exists(), "the demo model ships in assets/models/demo"
     args = ["generate", "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"]
     res = _installed(installed_bundle, *args)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -30,7 +30,7 @@ GUI_MODULES = ("PySide6", "pyqtgraph", "qasync")
 HEADLESS_TESTS = ("test_layering.py", "test_api_units.py", "test_api_http.py",
                   "test_api_telemetry.py", "test_telemetry_parse.py", "test_telemetry_details.py")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.dist, pytest.mark.timeout(1800)]
 
 
 def _run(cmd, timeout=900, **kw) -> subprocess.CompletedProcess:
@@ -47,13 +47,11 @@ def _env(**extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
+def venv(tmp_path_factory, built_dists) -> Path:
     if platform.system() != "Linux":
         pytest.skip("checked on Linux")
     work = tmp_path_factory.mktemp("qtfree")
-    res = _run([sys.executable, "-m", "build", "--wheel", "--outdir", work / "dist", ROOT])
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (wheel,) = (work / "dist").glob("npu_console-*.whl")
+    wheel = built_dists["wheel"]
     prefix = work / "venv"
     res = _run([sys.executable, "-m", "venv", prefix])
     assert res.returncode == 0, res.stderr

@@ -99,7 +99,21 @@ def test_saturation_probe_and_nibble_path_agree_with_direct_int_math():
     n = xq.shape[0]
     y = (out[:n] - 8 * colsum) * 16 + out[n:]
     assert torch.allclose(y / q.weight_scale, exact, atol=0.05)
-    assert isinstance(cpu.int16_saturation(), bool)
+    # the probe's answer is what the direct u8 x s8 product does on this CPU: without the
+    # nibble split, activations shifted to u8 (+128) come out exact only where it says False
+    sat = cpu.int16_saturation()
+    assert sat in (True, False)
+    ones = cpu._prepack(q.weight, torch.ones(64))
+    big = torch.where(xq >= 0, torch.full_like(xq, 127), torch.full_like(xq, -127))
+    for rows in (xq, big):
+        direct = cpu._int_rows_gemm(rows + 128, ones) - 128 * q.weight.double().sum(1).float()
+        want = (rows.double() @ q.weight.double().t()).float()
+        if not sat:
+            assert torch.equal(direct, want)
+    # weights and activations at full scale overflow a saturating int16 pair sum for sure
+    worst = cpu._int_rows_gemm(torch.full((8, 128), 255.0), cpu._prepack(
+        torch.full((64, 128), 127, dtype=torch.int8), torch.ones(64)))
+    assert torch.equal(worst, torch.full_like(worst, 255.0 * 127 * 128)) is not sat
 
 
 @pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic"])

@@ -14,6 +14,8 @@ from npu_console.engine.quant import evaluate as ev
 from npu_console.engine.quant.apply import quantize_model
 from npu_console.engine.quant.config import QuantConfig, select_layers
 
+pytestmark = pytest.mark.quality  # the quality lane (tests/conftest.py)
+
 # (method, SmoothQuant alpha, max perplexity increase %, min teacher-forced top-1 agreement,
 # min free-running greedy agreement on the hand-written prompts).
 # Free-running greedy agreement on these tiny models (hidden 64 / 256) is decided by where a

@@ -17,7 +17,8 @@ from npu_console.engine.paths import EVAL_DIR
 from npu_console.engine.quant import eval_methods as em
 from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
 from npu_console.engine.quant.workflow import QuantizeRequest
-from support.gguf import SMOLLM_GGUF
+
+pytestmark = pytest.mark.quality  # the quality lane (tests/conftest.py)
 
 # method: (max perplexity increase % on the worst text, min share of linear weights in int8)
 BARS = {"w8a16": (0.3, 1.0), "w8a8-dynamic": (0.75, 0.85), "w8a8-static": (1.2, 0.85)}
@@ -25,10 +26,10 @@ EVAL_FILES = sorted(p for p in EVAL_DIR.iterdir() if p.suffix in (".txt", ".json
 
 
 @pytest.fixture(scope="module")
-def smollm(smollm_gguf):
+def smollm(smollm2_gguf):
     from npu_console.engine.models.loader import load_model
 
-    loaded = load_model(smollm_gguf, device="cpu", dtype="float32")
+    loaded = load_model(smollm2_gguf, device="cpu", dtype="float32")
     texts = {p.name: em.read_eval_text(p, loaded.tokenizer) for p in EVAL_FILES}
 
     def ppl(model) -> dict[str, float]:

@@ -179,10 +179,9 @@ def test_smollm2_answers_as_before():
     no reasoning fields, streaming or not."""
     from npu_console.engine.runtime.config import EngineConfig
     from npu_console.engine.runtime.engine import LocalEngine
-    from support.gguf import SMOLLM_GGUF
+    from support.shared import SMOLLM_GGUF, need
 
-    if not SMOLLM_GGUF.is_file():
-        pytest.skip("../shared/models/smollm2-135m-instruct is not available")
+    need(SMOLLM_GGUF, "../shared/models/smollm2-135m-instruct")
     eng = LocalEngine(EngineConfig(max_running=2, num_threads=1))
     try:
         info = eng.load(SMOLLM_GGUF, name="smollm2").result(900)

@@ -221,11 +221,26 @@ def test_mapping(npu_smi_fixtures):
     assert [e.logic_id for e in duo.chips] == list(range(8))
 
 
+# capture file kind (its name: MODEL_KIND_N.txt) -> the parser of that sub-command
+BY_KIND = {"usages": parse_usages, "common": parse_common, "temp": parse_temp,
+           "power": parse_power, "board": parse_board, "board-c": parse_board,
+           "health-c": parse_health, "ecc": parse_ecc, "proc-mem": parse_proc_mem,
+           "info-l": parse_list, "info-m": parse_mapping}
+
+
 def test_every_capture_through_kv_reader(npu_smi_fixtures):
+    empty = {fn: fn("") for fn in ALL_PARSERS}
+    read_by_own = 0
     for f in sorted(npu_smi_fixtures.glob("*.txt")):
         text = f.read_text()
-        for fn in ALL_PARSERS:
-            fn(text)
+        for fn in ALL_PARSERS:  # none raises on any capture, and each returns its own type
+            assert type(fn(text)) is type(empty[fn]), (f.name, fn.__name__)
+        own = BY_KIND.get(f.stem.split("_")[1])
+        if own is not None:  # its own parser reads something from it
+            assert own(text) != empty[own], (f.name, own.__name__)
+            assert parse_kv_output(text) != empty[parse_kv_output], f.name
+            read_by_own += 1
+    assert read_by_own >= 20
 
 
 def test_error_output_reported():

@@ -63,7 +63,7 @@ def test_timeout_is_reported(stand_in):
     provider = NpuSmiProvider(script, timeout_s=0.5)
     t0 = time.monotonic()
     reading = provider.read()
-    assert time.monotonic() - t0 < 3.0  # the hung tool and its child were killed
+    assert time.monotonic() - t0 < 10.0  # the hung tool (sleep 30) and its child were killed
     assert reading.error.kind == "timeout" and "0.5" in reading.error.message
     assert reading.devices == ()
 

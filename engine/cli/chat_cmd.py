@@ -36,6 +36,16 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _check_demo_model(args) -> None:
+    """The default --model is the built-in demo model; an install without it says so in one line
+    (the product never reaches outside its own files for a model)."""
+    from npu_console.engine.paths import DEMO_MODEL_DIR
+
+    if Path(args.model) == DEMO_MODEL_DIR and not (DEMO_MODEL_DIR / "config.json").exists():
+        raise CliError(f"the built-in demo model is missing from {DEMO_MODEL_DIR} (a broken "
+                       "install?); pass --model FOLDER")
+
+
 def run(args) -> int:
     from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.types import (
@@ -48,6 +58,7 @@ def run(args) -> int:
     if getattr(args, "remote", None):
         engine, banner = _connect_remote(args)
     else:
+        _check_demo_model(args)
         loaded = load_for_cli(args)
         engine = LocalEngine(EngineConfig(max_running=1, num_threads=args.threads,
                                           reasoning_parser=args.reasoning_parser))

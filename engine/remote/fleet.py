@@ -125,10 +125,12 @@ def host_of(url: str) -> str:
     return urlsplit(url).netloc or url
 
 
-def backoff_s(failures: int, rand: Callable[[], float] = random.random) -> float:
-    """Seconds before retry number `failures` (1, 2, 4 ... MAX_BACKOFF_S, each jittered)."""
-    base = min(MAX_BACKOFF_S, 2.0 ** min(max(0, failures - 1), 16))
-    return min(MAX_BACKOFF_S, base * (1.0 - JITTER + 2.0 * JITTER * rand()))
+def backoff_s(failures: int, rand: Callable[[], float] = random.random, first_s: float = 1.0,
+              max_s: float = MAX_BACKOFF_S) -> float:
+    """Seconds before retry number `failures` (first_s, 2 first_s, 4 first_s ... max_s, each
+    jittered)."""
+    base = min(max_s, first_s * 2.0 ** min(max(0, failures - 1), 16))
+    return min(max_s, base * (1.0 - JITTER + 2.0 * JITTER * rand()))
 
 
 def health_rank(health: str | None) -> int:
@@ -230,11 +232,12 @@ class _Worker:
     """One server's polling thread and what it last saw."""
 
     def __init__(self, ref: ServerRef, publish: Callable[[_Worker, HostSnapshot], None],
-                 poll_s: float, rand: Callable[[], float]):
+                 poll_s: float, rand: Callable[[], float], backoff: tuple[float, float]):
         self.ref = ref
         self.poll_s = poll_s
         self._publish = publish
         self._rand = rand
+        self._backoff = backoff  # (first_s, max_s)
         self.stop = threading.Event()
         self.history = MetricHistory(HISTORY_SAMPLES, max_keys=MAX_HISTORY_KEYS)
         now = time.time()
@@ -245,6 +248,9 @@ class _Worker:
         self._remote_stamp: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"fleet-{host_of(ref.url)}",
                                        daemon=True)
+
+    def _delay(self, failures: int) -> float:
+        return backoff_s(failures, self._rand, *self._backoff)
 
     def _run(self) -> None:
         headers = {"Authorization": f"Bearer {self.ref.api_key}"} if self.ref.api_key else {}
@@ -268,11 +274,11 @@ class _Worker:
                     failures = 0
                     delay = self.poll_s
                 except _Refused as exc:
-                    delay = backoff_s(10**6, self._rand)  # the slowest pace
+                    delay = self._delay(10**6)  # the slowest pace
                     snap = self._failed("unauthorized", str(exc), delay)
                 except (httpx.HTTPError, _NoAnswer, RuntimeError) as exc:
                     failures += 1
-                    delay = backoff_s(failures, self._rand)
+                    delay = self._delay(failures)
                     if client.is_closed or time.monotonic() > deadline:
                         why = (f"{host_of(self.ref.url)} gave no whole answer within "
                                f"{POLL_DEADLINE_S:g} s")
@@ -286,7 +292,7 @@ class _Worker:
                 except Exception as exc:  # a worker must outlive any one bad answer
                     log.exception("fleet poll of %s failed", self.ref.url)
                     failures += 1
-                    delay = backoff_s(failures, self._rand)
+                    delay = self._delay(failures)
                     snap = self._failed("unreachable", f"{type(exc).__name__}: {exc}", delay)
                 finally:
                     watchdog.cancel()
@@ -391,11 +397,16 @@ class _Worker:
 class FleetMonitor:
     """Servers watched at once, each by its own polling thread. Thread-safe; never blocks."""
 
-    def __init__(self, poll_s: float = POLL_S, rand: Callable[[], float] = random.random):
-        if poll_s <= 0:
-            raise ValueError("poll_s must be positive")
+    def __init__(self, poll_s: float = POLL_S, rand: Callable[[], float] = random.random,
+                 backoff_first_s: float = 1.0, backoff_max_s: float = MAX_BACKOFF_S):
+        """`backoff_first_s` / `backoff_max_s`: the wait after a host's first failed poll,
+        doubling per failure up to the cap (tests shrink them to run in a fraction of the time)."""
+        if poll_s <= 0 or backoff_first_s <= 0 or backoff_max_s < backoff_first_s:
+            raise ValueError("poll_s and the backoff must be positive, the cap not below the "
+                             "first wait")
         self.poll_s = poll_s
         self._rand = rand
+        self.backoff = (backoff_first_s, backoff_max_s)
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._retired: list[_Worker] = []
@@ -407,7 +418,7 @@ class FleetMonitor:
         URL already watched replaces it: a new key or name takes effect at once."""
         ref = dataclasses.replace(ref, url=normalize_base_url(ref.url),
                                   api_key=ref.api_key or None, name=ref.name or None)
-        worker = _Worker(ref, self._publish, self.poll_s, self._rand)
+        worker = _Worker(ref, self._publish, self.poll_s, self._rand, self.backoff)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the fleet monitor is closed")

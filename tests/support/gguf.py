@@ -6,9 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-# tests/support/gguf.py -> the checkout -> its parent, where ../shared lives
-SMOLLM_GGUF = (Path(__file__).resolve().parents[3] / "shared" / "models"
-               / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+from support.shared import SMOLLM_GGUF  # noqa: F401  (where the tests have always found it)
 
 
 def write_gguf(path: Path, arch: str = "llama", tokenizer: bool = True) -> Path:
