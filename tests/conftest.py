@@ -135,3 +135,15 @@ def built_dists(tmp_path_factory) -> dict[str, Path]:
                          capture_output=True, text=True, check=False, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return {"wheel": next(out.glob("*.whl")), "sdist": next(out.glob("*.tar.gz"))}
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one thread for a module (sums in one order: the family tests compare logits
+    to 1e-4), the caller's count restored after."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

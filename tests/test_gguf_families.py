@@ -13,18 +13,12 @@ from npu_console.engine.runtime.scheduler import ScheduledSeq
 from support.gguf import write_model_gguf
 from support.models import RunnerSeq, tiny
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
 # what transformers' GGUF reader can express: Qwen3's head_dim is not read (128 assumed),
 # Gemma 3's window pattern and query scale are its defaults (5 local : 1 global, 256)
 SHAPES = {"qwen2": {}, "qwen3": {"head_dim": 128},
           "gemma3": {"num_hidden_layers": 6, "layer_types": None, "query_pre_attn_scalar": 256}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.mark.slow  # the GGUF -> folder conversion runs in a child process (~10 s on a quiet box)

@@ -15,6 +15,8 @@ from npu_console.engine.runtime.runner import BatchedRunner, make_runner, unbatc
 from npu_console.engine.runtime.scheduler import ScheduledSeq
 from support.models import RunnerSeq, tiny
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "qwen2_moe",
             "qwen3_moe"]
 ATOL = 1e-4  # on logits of magnitude ~1-10; fp32 differs from HF only in summation order
@@ -22,14 +24,6 @@ MARGIN = 1e-3  # top-2 gap from which the greedy token must be the same
 # Mistral's window is shorter than the prompts here (its default, 4096, is what the native
 # decode tests use: support.models.tiny keeps it)
 OVERRIDES = {"mistral": {"sliding_window": 6}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _reference(model, ids):

@@ -15,13 +15,7 @@ from npu_console.engine.quant.head import decide, embedding_scale, unsupported
 from npu_console.engine.quant.workflow import QuantizeRequest, run_workflow
 from support.models import tiny
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _folder(tmp_path, family, **kw):
