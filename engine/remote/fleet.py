@@ -25,12 +25,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Self
-from urllib.parse import urlsplit
+from typing import Self
 
 import httpx
 import numpy as np
 from npu_console.engine.remote.errors import connection_error
+from npu_console.engine.remote.fleet_types import (  # noqa: F401 - the fleet API in one import
+    ChipSummary,
+    HostSnapshot,
+    HostState,
+    ServerRef,
+    chip_summary,
+    health_rank,
+    host_of,
+)
 from npu_console.engine.remote.prom import MetricsSnapshot, figures, parse_metrics
 from npu_console.engine.remote.urls import normalize_base_url
 from npu_console.engine.runtime.types import EngineStats
@@ -41,8 +49,6 @@ from npu_console.engine.telemetry.snapshot_json import snapshot_from_json
 from npu_console.engine.telemetry.types import TelemetrySnapshot
 
 log = logging.getLogger(__name__)
-
-HostState = Literal["connecting", "up", "unreachable", "unauthorized"]
 
 POLL_S = 1.0
 MODELS_EVERY_S = 10.0  # model lists change on a load, not every second
@@ -61,103 +67,12 @@ ENGINE_KEYS = ("engine:generation_tps", "engine:prompt_tps", "engine:running",
                "engine:waiting", "engine:kv_pct")
 # npu-smi's health levels (engine/telemetry/npu_health.py); a status npu-smi does not document
 # ranks with a warning: it needs a look but is not known to be critical
-_HEALTH_RANK = {"OK": 0, "WARNING": 1, "GENERAL WARNING": 1, "ALARM": 2, "CRITICAL": 3,
-                "CRITICAL WARNING": 3, "ERROR": 3}
-
-
-@dataclass(frozen=True)
-class ServerRef:
-    """A server to watch: its base URL, the API key it wants and a name to show."""
-
-    url: str
-    api_key: str | None = None
-    name: str | None = None
-
-
-@dataclass(frozen=True)
-class ChipSummary:
-    """A host's chips in one line: the numbers a fleet card shows."""
-
-    chips: int
-    worst_health: str | None  # the most severe health any chip reports; None when none does
-    util_pct: float | None  # mean AI Core / utilisation over the chips that report one
-    mem_used_mb: float | None  # summed over the chips that report memory
-    mem_total_mb: float | None
-    power_w: float | None  # summed over the chips that report power
-
-
-@dataclass(frozen=True)
-class HostSnapshot:
-    """One server as the fleet monitor last saw it. Telemetry and engine are kept from the last
-    good poll while the server is unreachable (`updated` says when that was)."""
-
-    url: str
-    name: str | None
-    state: HostState
-    error: str | None = None  # one line: why it is unreachable / unauthorized / partial
-    since: float = 0.0  # time.time() when the state began
-    next_retry_s: float | None = None  # the wait before the next try, when not up
-    retry_at: float | None = None  # time.time() of that try (a view counts down to it)
-    updated: float | None = None  # time.time() of the last good poll
-    telemetry: TelemetrySnapshot | None = None
-    engine: EngineStats | None = None  # running, waiting, tok/s and the model names
-    alerts: tuple[AlertEvent, ...] = ()  # the server poller's active alerts
-
-    @property
-    def label(self) -> str:
-        return self.name or host_of(self.url)
-
-    @property
-    def source(self) -> str | None:
-        """Where its chip numbers come from: "replay", "npu-smi", "nvml", "host"."""
-        if self.telemetry is None or not self.telemetry.source:
-            return None
-        source = self.telemetry.source
-        return "replay" if source.startswith("replay") else source
-
-    def retry_in(self, now: float | None = None) -> float | None:
-        if self.retry_at is None:
-            return None
-        return max(0.0, self.retry_at - (time.time() if now is None else now))
-
-
-def host_of(url: str) -> str:
-    return urlsplit(url).netloc or url
-
-
 def backoff_s(failures: int, rand: Callable[[], float] = random.random, first_s: float = 1.0,
               max_s: float = MAX_BACKOFF_S) -> float:
     """Seconds before retry number `failures` (first_s, 2 first_s, 4 first_s ... max_s, each
     jittered)."""
     base = min(max_s, first_s * 2.0 ** min(max(0, failures - 1), 16))
     return min(max_s, base * (1.0 - JITTER + 2.0 * JITTER * rand()))
-
-
-def health_rank(health: str | None) -> int:
-    if not health:
-        return -1
-    return _HEALTH_RANK.get(health.strip().upper(), 1)
-
-
-def chip_summary(snap: TelemetrySnapshot | None) -> ChipSummary | None:
-    """The accelerators of `snap` summed up; None without a snapshot or without chips."""
-    if snap is None or not snap.accelerators:
-        return None
-    chips = snap.accelerators
-
-    def total(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return sum(known) if known else None
-
-    utils = [d.util_pct for d in chips if d.util_pct is not None]
-    with_mem = [d for d in chips if d.mem_total_mb]
-    worst = max((d.health for d in chips if d.health), key=health_rank, default=None)
-    return ChipSummary(
-        chips=len(chips), worst_health=worst,
-        util_pct=sum(utils) / len(utils) if utils else None,
-        mem_used_mb=total([d.mem_used_mb for d in with_mem]),
-        mem_total_mb=total([d.mem_total_mb for d in with_mem]),
-        power_w=total([d.power_w for d in chips]))
 
 
 class _Refused(Exception):
