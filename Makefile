@@ -44,7 +44,7 @@ test-quality: $(STAMP)
 test-dist: $(STAMP)
 	$(PYTEST) -m dist
 
-# needs llama.cpp's tools ($$LLAMA_CPP_BIN or PATH; ../shared/tools/build_llama_cpp.sh)
+# needs llama.cpp's tools ($$LLAMA_CPP_BIN or PATH; the shared folder's tools/build_llama_cpp.sh builds them)
 test-bench: $(STAMP)
 	NPU_CONSOLE_BENCH_TOOLS=1 $(PYTEST) -m bench
 
