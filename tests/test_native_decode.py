@@ -11,7 +11,7 @@ import torch
 from npu_console.engine.runtime.runner import BatchedRunner
 from npu_console.engine.runtime.scheduler import ScheduledSeq
 from support.kernels import assert_same_choice
-from support.models import RunnerSeq, needs_native, tiny, wide
+from support.models import RunnerSeq, decode_both, needs_native, tiny, wide
 
 
 @pytest.fixture(autouse=True)
@@ -19,43 +19,12 @@ def _native():
     needs_native()
 
 
-def _decode_both(model, steps: int = 4, num_slots: int = 8):
-    """Prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
-    native step and one without, then decode `steps` greedy steps through each (both fed the
-    PyTorch runner's tokens). Returns [(native logits, torch logits)] and the runners."""
-    native = BatchedRunner(model, num_slots=num_slots, max_len=96)
-    torch_ = BatchedRunner(model, num_slots=num_slots, max_len=96, linear_kernels="torch")
-    assert native.decode_plan is not None, native.decode_plan_reason
-    assert torch_.decode_plan is None
-    g = torch.Generator().manual_seed(7)
-    vocab = model.config.vocab_size
-    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (1, 5, 17, 40, 9, 2)]
-    slots = [6, 1, 4, 0, 7, 3]
-    seqs = {k: [RunnerSeq(list(p), s) for p, s in zip(prompts, slots)] for k in ("native", "torch")}
-    out = []
-    with torch.inference_mode():
-        for kind, runner in (("native", native), ("torch", torch_)):
-            for s in seqs[kind]:  # prefills run the PyTorch loop in both
-                runner.execute([ScheduledSeq(s, 0, len(s.ids))], 0)
-        for _ in range(steps):
-            step = {}
-            for kind, runner in (("native", native), ("torch", torch_)):
-                items = [ScheduledSeq(s, len(s.ids) - 1, 1) for s in seqs[kind]]
-                step[kind] = runner.execute(items, len(items))
-            out.append((step["native"], step["torch"]))
-            nxt = step["torch"].argmax(-1).tolist()
-            for group in seqs.values():
-                for s, t in zip(group, nxt):
-                    s.ids.append(t)
-    return out, native, torch_
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
 def test_native_step_equals_the_pytorch_loop(family):
     """Llama (GQA), Qwen2 with non-zero q/k/v biases, Qwen3 with per-head q/k norms, Mistral;
     logits and the KV rows each step wrote."""
     model = (wide(family) if family == "qwen2" else tiny(family)).model
-    out, native, torch_ = _decode_both(model)
+    out, native, torch_ = decode_both(model)
     for a, b in out:
         assert a.shape == b.shape == (6, model.config.vocab_size)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
@@ -89,7 +58,7 @@ def test_native_step_runs_int8_layers_like_the_pytorch_loop(method):
     to int8, where such a difference can move a value across a rounding boundary, so it is held
     to a share of one quantization step and the same greedy tokens."""
     model = _quantized(method)
-    out, _, _ = _decode_both(model)
+    out, _, _ = decode_both(model)
     for a, b in out:
         if method == "w8a16":
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
@@ -105,7 +74,7 @@ def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(group_size)
     """Per-group weight scales in the native step (cpu_decode.c hands the group to the W8A16
     product) against the runner's loop over the same layers."""
     model = _quantized("w8a16", group_size)
-    out, native, _ = _decode_both(model)
+    out, native, _ = decode_both(model)
     layer = native.layers[0].self_attn.q_proj
     assert layer.group_size == group_size and layer.weight_scale.shape == (256, 256 // group_size)
     for a, b in out:
@@ -117,7 +86,7 @@ def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
     """A step with a prefill chunk beside a decode row runs the PyTorch loop, in a runner whose
     earlier decode-only steps ran natively (in other slots), with the reference's results."""
     model = tiny("qwen2").model
-    _, native, _ = _decode_both(model, steps=2)
+    _, native, _ = decode_both(model, steps=2)
     seq = RunnerSeq(list(range(5, 30)), 2)
     other = RunnerSeq(list(range(7, 12)), 5)
     with torch.inference_mode():
@@ -184,7 +153,7 @@ def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike
                     lin.bias.copy_(q.bias)
             setattr(parent, name, lin)
     prepare_for_serving(model)
-    out, native, _ = _decode_both(model)
+    out, native, _ = decode_both(model)
     assert native.layers[0].self_attn.k_proj.input_scale.item() != \
         native.layers[0].self_attn.q_proj.input_scale.item()
     for a, b in out:

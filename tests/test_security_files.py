@@ -134,9 +134,12 @@ def test_the_gguf_child_has_an_address_space_limit(tiny_gguf, monkeypatch):
     assert "cannot convert" in str(failed.value)
 
 
-def test_the_conversion_cache_is_evicted_beyond_its_size_and_shown_in_doctor(monkeypatch):
+def test_the_conversion_cache_is_evicted_beyond_its_size_and_shown_in_doctor(monkeypatch,
+                                                                            tmp_path):
     from npu_console.engine.doctor import check_gguf_cache
 
+    # a cache of its own: the session's holds the models other tests converted
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     root = gguf.cache_root()
     entries = []
     for i in range(4):

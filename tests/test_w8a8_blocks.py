@@ -100,15 +100,14 @@ def test_the_cpu_layer_runs_the_native_block_product():
 def test_decode_step_runs_block_layers_like_the_pytorch_loop():
     from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
     from npu_console.engine.quant.config import QuantConfig
-    from support.models import wide
-    from test_native_decode import _decode_both
+    from support.models import decode_both, wide
 
     model = wide("qwen2").model
     quantize_model(model, QuantConfig(method="w8a8-dynamic", act_blocks=True), None)
     prepare_for_serving(model)
     layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.act_rows == "block" for m in layers)
-    out, native_runner, _ = _decode_both(model)
+    out, native_runner, _ = decode_both(model)
     assert "W8A8" not in (native_runner.decode_plan_reason or "")
     for a, b in out:
         assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()

@@ -30,6 +30,9 @@ def untrusted(path: Path) -> str | None:
     return _untrusted_stat(os.lstat(path))
 
 
+_LOADED_FDS: list[int] = []
+
+
 def load_trusted(path: Path) -> ctypes.CDLL:
     """dlopen `path` as checked: opened once (O_NOFOLLOW: no symlink), the open file checked
     with fstat, and loaded from that descriptor through /proc/self/fd, so a file swapped in
@@ -41,9 +44,15 @@ def load_trusted(path: Path) -> ctypes.CDLL:
             raise OSError(f"refusing {path}: {why}")
         by_fd = f"/proc/self/fd/{fd}"
         # without /proc (not Linux) the path is loaded: its folder is private (private_dir)
-        return ctypes.CDLL(by_fd if os.path.exists(by_fd) else str(path))
-    finally:
-        os.close(fd)  # the mapping stays; the descriptor is not needed after dlopen
+        lib = ctypes.CDLL(by_fd if os.path.exists(by_fd) else str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    # The descriptor stays open as long as the process: dlopen knows a library by the name it
+    # was opened under, so a later load of another build through a reused /proc/self/fd/N
+    # would be handed this one (a test build with other flags got the wrong symbols)
+    _LOADED_FDS.append(fd)
+    return lib
 
 
 def _untrusted_stat(st: os.stat_result) -> str | None:

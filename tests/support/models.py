@@ -107,3 +107,37 @@ def needs_native():
     reason = _native_missing()
     if reason is not None:
         pytest.skip(f"native kernels unavailable: {reason}")
+
+
+def decode_both(model, steps: int = 4, num_slots: int = 8):
+    """Prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
+    native step and one without, then decode `steps` greedy steps through each (both fed the
+    PyTorch runner's tokens). Returns [(native logits, torch logits)] and the runners."""
+    from npu_console.engine.runtime.runner import BatchedRunner
+    from npu_console.engine.runtime.scheduler import ScheduledSeq
+
+    native = BatchedRunner(model, num_slots=num_slots, max_len=96)
+    torch_ = BatchedRunner(model, num_slots=num_slots, max_len=96, linear_kernels="torch")
+    assert native.decode_plan is not None, native.decode_plan_reason
+    assert torch_.decode_plan is None
+    g = torch.Generator().manual_seed(7)
+    vocab = model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (1, 5, 17, 40, 9, 2)]
+    slots = [6, 1, 4, 0, 7, 3]
+    seqs = {k: [RunnerSeq(list(p), s) for p, s in zip(prompts, slots)] for k in ("native", "torch")}
+    out = []
+    with torch.inference_mode():
+        for kind, runner in (("native", native), ("torch", torch_)):
+            for s in seqs[kind]:  # prefills run the PyTorch loop in both
+                runner.execute([ScheduledSeq(s, 0, len(s.ids))], 0)
+        for _ in range(steps):
+            step = {}
+            for kind, runner in (("native", native), ("torch", torch_)):
+                items = [ScheduledSeq(s, len(s.ids) - 1, 1) for s in seqs[kind]]
+                step[kind] = runner.execute(items, len(items))
+            out.append((step["native"], step["torch"]))
+            nxt = step["torch"].argmax(-1).tolist()
+            for group in seqs.values():
+                for s, t in zip(group, nxt):
+                    s.ids.append(t)
+    return out, native, torch_
