@@ -30,7 +30,7 @@ PACKAGING = ROOT / "packaging"
 DEMO_CONFIG = ROOT / "assets" / "models" / "demo" / "config.json"
 VENV_BIN = Path(sys.executable).parent
 # pyproject.toml's package-data patterns: what the wheel must carry from assets/
-DATA_SUFFIXES = {".json", ".txt", ".qss", ".svg", ".png", ".jinja", ".safetensors", ".md", ".py"}
+DATA_SUFFIXES = {".json", ".jsonl", ".txt", ".qss", ".svg", ".png", ".jinja", ".safetensors", ".md", ".py"}
 
 
 def _load(name: str):
