@@ -62,7 +62,7 @@ from hypothesis import settings as _hypothesis_settings
 _hypothesis_settings.register_profile("npu-console", deadline=None)
 _hypothesis_settings.load_profile("npu-console")
 
-from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM_GGUF, STORIES_DIR, in_ci, need
+from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM2_GGUF, STORIES_DIR, in_ci, need
 
 # skips that CI must not get: a missing ../shared asset, a tool .ci/run installs, the native
 # kernels (CI's x86 CPUs and gcc build them)
@@ -102,7 +102,7 @@ def npu_smi_fixtures() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct, the real GGUF in ../shared/models."""
-    return need(SMOLLM_GGUF, "../shared/models/smollm2-135m-instruct")
+    return need(SMOLLM2_GGUF, "../shared/models/smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")

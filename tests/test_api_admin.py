@@ -16,6 +16,7 @@ import pytest
 from npu_console.engine.remote.admin import AdminError, RemoteAdmin
 from npu_console.engine.remote.errors import RemoteAuthError
 from support.api import STORY_PROMPT, engine_for, running_server
+from support.cli import run_cli
 from support.serve import Serve
 
 pytestmark = pytest.mark.slow
@@ -270,9 +271,7 @@ def test_stopping_the_server_cancels_its_jobs(stories_dir, tmp_path):
 # ---------------------------------------------------------------------------------- CLI
 def test_remote_cli_lists_and_reports_refusals(server):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "remote",
-                               "--base-url", server.url, "--api-key", KEY, *args],
-                              capture_output=True, text=True, timeout=120, check=False)
+        return run_cli("remote", "--base-url", server.url, "--api-key", KEY, *args, timeout=120)
 
     res = cli("models")
     assert res.returncode == 0, res.stderr

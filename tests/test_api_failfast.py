@@ -15,18 +15,15 @@ import httpx
 import pytest
 from fakes.faults import fatal_fault
 from fakes.serve_with_fault import CRASH_SEED
-from npu_console.engine.runtime import EngineConfig, LocalEngine
-from support.api import running_server, sse_events
+from support.api import own_engine, running_server, sse_events
 
 TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture
 def engine(demo_model_dir):
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    eng.load(demo_model_dir, name="demo").result(120)
-    yield eng
-    eng.shutdown(5)
+    with own_engine(demo_model_dir, "demo") as eng:
+        yield eng
 
 
 def completion(url, **kw):

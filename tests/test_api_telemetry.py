@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
+from support.cli import run_cli
 from support.serve import Serve
 
 KEY = "t3lemetry-key"
@@ -28,11 +27,6 @@ RENAMED = {"aicore_pct": "util_pct", "memory_used_mb": "ddr_used_mb",
 PROCESS_FIELDS = ("npu_id", "chip_id", "pid", "name", "memory_mb")
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
 def server(npu_smi_fixtures):
     srv = Serve("--api-key", KEY, "--grace", "30", "--telemetry-input", str(npu_smi_fixtures),
@@ -44,7 +38,7 @@ def server(npu_smi_fixtures):
 @pytest.fixture(scope="module")
 def smi_folder(npu_smi_fixtures) -> dict:
     """`npu-console smi --input FOLDER --json`, its captures by file name."""
-    res = _cli("smi", "--input", str(npu_smi_fixtures), "--json")
+    res = run_cli("smi", "--input", str(npu_smi_fixtures), "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     return {c["file"]: c for c in json.loads(res.stdout)["captures"]}
 
@@ -110,7 +104,7 @@ def test_telemetry_equals_smi_input_json_field_by_field(server, smi_folder):
 
 
 def test_telemetry_has_the_schema_of_smi_once_json_for_the_same_capture(server, npu_smi_fixtures):
-    res = _cli("smi", "--replay", str(npu_smi_fixtures), "--once", "--json")
+    res = run_cli("smi", "--replay", str(npu_smi_fixtures), "--once", "--json")
     assert res.returncode == 0, res.stderr[-2000:]
     local = json.loads(res.stdout)
     assert set(local) == SCHEMA_KEYS

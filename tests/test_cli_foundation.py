@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-
-
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+from support.cli import run_cli
 
 
 def test_version():

@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from npu_console.console.testing import window_with_models
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
+from support.gui import console_window
 
 WAIT_MS = 180_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("benchmark-home")
-    with window_with_models(home, stories_dir, ["stories"], "benchmark", WAIT_MS / 1000) as win:
+    with console_window(qapp, home, "benchmark", ((stories_dir, "stories"),), wait_ms=WAIT_MS) as win:
         yield win
 
 

@@ -16,8 +16,8 @@ pytest.importorskip("pytestqt")
 
 from fakes.faults import fatal_fault
 from fakes.slow_steps import slowed_steps
-from npu_console.console.testing import window_with_models
 from PySide6.QtCore import Qt
+from support.gui import console_window
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
 @pytest.fixture
 def window(qapp, demo_model_dir, tmp_path):
-    with window_with_models(tmp_path, demo_model_dir, ["demo"], "chat", WAIT_MS / 1000) as win:
+    with console_window(qapp, tmp_path, "chat", ((demo_model_dir, "demo"),), wait_ms=WAIT_MS) as win:
         yield win
 
 

@@ -125,14 +125,13 @@ def test_cancel_a_load(window, qtbot, stories_dir, monkeypatch):
 def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window, qtbot,
                                                                          tmp_path, monkeypatch,
                                                                          smollm2_gguf):
-    SMOLLM_GGUF = smollm2_gguf
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))  # nothing converted yet
     page = window.page("models")
-    assert page.open_folder(str(SMOLLM_GGUF))
+    assert page.open_folder(str(smollm2_gguf))
     assert page.fields["arch"].text() == "LlamaForCausalLM"
     assert page.fields["ctx"].text() == "8,192" and page.fields["layers"].text() == "30"
     assert "Q4_1" in page.fields["ckpt"].text() and "GGUF" in page.fields["ckpt"].text()
-    assert page.name_edit.text() == SMOLLM_GGUF.stem
+    assert page.name_edit.text() == smollm2_gguf.stem
     stages = []
     window.ctx.engine_host.load_progress.connect(lambda j, f, s: stages.append(s))
     page.load_btn.click()
@@ -142,7 +141,7 @@ def test_a_gguf_opens_from_its_header_and_its_conversion_can_be_cancelled(window
     page.cancel_btn.click()
     qtbot.waitUntil(lambda: page.job is None, timeout=WAIT_MS)
     assert "cancel" in page.status.text().lower()
-    assert SMOLLM_GGUF.stem not in [m.name for m in window.ctx.engine_host.models()]
+    assert smollm2_gguf.stem not in [m.name for m in window.ctx.engine_host.models()]
     entries = [p for p in (tmp_path / "gguf").iterdir() if not p.name.endswith(".header.json")]
     assert entries == []  # the child was killed and its half-written folder removed
 

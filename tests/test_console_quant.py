@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from npu_console.console.testing import model_names, window_with_models
+from npu_console.console.testing import model_names
 from PySide6.QtCore import Qt
+from support.gui import console_window
 
 WAIT_MS = 240_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
@@ -32,7 +33,7 @@ def write_calib(path, paragraphs: int, words: int = 60):
 @pytest.fixture(scope="module")
 def window(qapp, demo_model_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("quant-home")
-    with window_with_models(home, demo_model_dir, ["demo"], "quantize", WAIT_MS / 1000) as win:
+    with console_window(qapp, home, "quantize", ((demo_model_dir, "demo"),), wait_ms=WAIT_MS) as win:
         win.home = home
         page = win.page("quantize")
         page.eval_tokens, page.eval_prompts, page.new_tokens = 256, 2, 6

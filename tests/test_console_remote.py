@@ -26,9 +26,9 @@ pytest.importorskip("pytestqt")
 from npu_console.console.engines import LOCAL, host_label
 from npu_console.console.servers import ServerStore
 from npu_console.console.settings import open_settings
-from npu_console.console.testing import window_with_models
 from npu_console.console.widgets.servers_menu import fill_servers_menu
 from PySide6.QtCore import Qt, QTimer
+from support.gui import console_window
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-remote-0123456789abcdef"
@@ -78,7 +78,7 @@ def servers(demo_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def window(qapp, demo_model_dir, servers, tmp_path_factory):
     home = tmp_path_factory.mktemp("remote-home")
-    with window_with_models(home, demo_model_dir, ["local"], "chat", WAIT_MS / 1000) as win:
+    with console_window(qapp, home, "chat", ((demo_model_dir, "local"),), wait_ms=WAIT_MS) as win:
         yield win
 
 

@@ -19,14 +19,14 @@ pytest.importorskip("pytestqt")
 
 from npu_console.console.engines import host_label
 from npu_console.console.remote_jobs import NO_ADMIN
-from npu_console.console.testing import window_with_models
 from npu_console.engine.remote.admin import RemoteAdmin
 from PySide6.QtCore import Qt
+from support.gui import console_window
 from support.serve import Serve
-from support.shared import SMOLLM_GGUF
+from support.shared import SMOLLM2_GGUF
 
 KEY = "sk-admin-0123456789abcdef"
-SMOLLM2 = SMOLLM_GGUF
+SMOLLM2 = SMOLLM2_GGUF
 WAIT_MS = 120_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
@@ -59,7 +59,7 @@ def servers(roots, demo_model_dir):
 @pytest.fixture(scope="module")
 def window(qapp, demo_model_dir, servers, tmp_path_factory):
     home = tmp_path_factory.mktemp("admin-home")
-    with window_with_models(home, demo_model_dir, ["local"], "models", WAIT_MS / 1000) as win:
+    with console_window(qapp, home, "models", ((demo_model_dir, "local"),), wait_ms=WAIT_MS) as win:
         yield win
 
 
@@ -141,9 +141,7 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     assert window.model_label.text().startswith("model: local · ")
 
 
-@pytest.mark.skipif(not SMOLLM2.exists(),
-                    reason="../shared/models/smollm2-135m-instruct is not available")
-def test_models_page_cancels_a_load_on_the_server(window, servers, qtbot):
+def test_models_page_cancels_a_load_on_the_server(window, servers, qtbot, smollm2_gguf):
     url = servers["admin"]
     page = _models_page(window, qtbot, url)
     remote = page.remote

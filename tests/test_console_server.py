@@ -13,24 +13,19 @@ openai = pytest.importorskip("openai")
 
 import httpx
 from npu_console.console.server_service import AdvancedOptions
-from npu_console.console.testing import window_with_models
 from npu_console.console.widgets.server_advanced import ServerAdvanced
 from PySide6.QtCore import Qt
+from support.gui import console_window
+from support.waiting import free_port
 
 WAIT_MS = 90_000
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def window(qapp, stories_dir, tmp_path_factory):
     home = tmp_path_factory.mktemp("server-home")
-    with window_with_models(home, stories_dir, ["stories"], "server", WAIT_MS / 1000) as win:
+    with console_window(qapp, home, "server", ((stories_dir, "stories"),), wait_ms=WAIT_MS) as win:
         yield win
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,17 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.waiting import free_port
 
 pytest.importorskip("PySide6")
 pytestmark = [pytest.mark.slow, pytest.mark.gui]
 
 TESTS = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gui_env(home: Path) -> dict:

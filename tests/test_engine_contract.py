@@ -17,6 +17,7 @@ from npu_console.engine.runtime.types import (
     SamplingParams,
     TokenEvent,
 )
+from support.api import own_engine
 
 pytestmark = pytest.mark.slow
 
@@ -26,15 +27,12 @@ PROMPT = "Once upon a time, there was a little"
 @pytest.fixture(scope="module")
 def served(stories_dir):
     from npu_console.engine.api import ServerController
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
 
-    engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
-    engine.load(stories_dir, name="stories").result(120)
-    controller = ServerController(engine)
-    url = controller.start(port=0)
-    yield engine, url
-    controller.stop(grace_s=1.0)
-    engine.shutdown()
+    with own_engine(stories_dir, "stories", max_running=4) as engine:
+        controller = ServerController(engine)
+        url = controller.start(port=0)
+        yield engine, url
+        controller.stop(grace_s=1.0)
 
 
 @pytest.fixture(scope="module", params=["local", "remote"])

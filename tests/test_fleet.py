@@ -24,6 +24,7 @@ from npu_console.engine.remote.fleet import (
     health_rank,
 )
 from support.fleet_servers import ServeProcess
+from support.waiting import wait_for
 
 KEY_A, KEY_B = "fleet-key-a", "fleet-key-b"
 CAPTURE_A = "910b3_info_1.txt"  # 8 x 910B3
@@ -45,16 +46,6 @@ class Recorder:
     def of(self, url: str) -> list:
         with self.lock:
             return [(t, s) for t, _name, s in self.items if s.url == url]
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

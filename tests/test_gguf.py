@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.cli import run_cli
 from support.gguf import write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,13 +23,9 @@ def smollm_gguf(smollm2_gguf) -> Path:
     return smollm2_gguf
 
 
-def _cli(*args, cache: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if cache is not None:
-        env["NPU_CONSOLE_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout,
-                          check=False)
+def _cli(*args, cache: Path | None = None, timeout: int = 600):
+    return run_cli(*args, env={"NPU_CONSOLE_CACHE": str(cache)} if cache is not None else None,
+                   timeout=timeout)
 
 
 def _entries(cache: Path) -> list[str]:

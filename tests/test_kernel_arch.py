@@ -85,3 +85,31 @@ def test_doctor_names_the_aarch64_kernels(monkeypatch, tmp_path, features, isa, 
     monkeypatch.setattr(native, "int8_isa", lambda: isa)
     check = doctor.check_cpu_kernels()
     assert check.status == "ok" and says in check.detail, check.detail
+
+
+def test_a_build_past_its_time_stops_the_whole_compiler_not_just_the_driver(monkeypatch,
+                                                                           tmp_path):
+    """`cc` is a driver: cc1 and as run as its children. A timed-out build must stop them too,
+    or a hung compile keeps a core busy for minutes after the product gave up on it."""
+    import os
+    import time
+
+    pid_file = tmp_path / "cc1.pid"
+    compiler = tmp_path / "cc"
+    compiler.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {pid_file}\nwait\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "BUILD_TIMEOUT_S", 1.0)
+    info = native.build()
+    assert info.path is None and "timed out" in info.reason, info
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the compiler's child {child} outlived the timed-out build")

@@ -36,9 +36,9 @@ def test_http_requests_encode_on_worker_threads_once_per_prompt(engine):
 
 
 def test_the_chat_page_encodes_off_the_gui_thread(qapp, qtbot, tmp_path, demo_model_dir):
-    from npu_console.console.testing import window_with_models
+    from support.gui import console_window
 
-    with window_with_models(tmp_path, demo_model_dir, ["demo"], "chat", 120) as win:
+    with console_window(qapp, tmp_path, "chat", ((demo_model_dir, "demo"),), wait_ms=120_000) as win:
         chat = win.page("chat")
         chat.sampling.max_tokens.setValue(4)
         with recording_encoders(win.ctx.bridge.engine) as seen:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -12,6 +10,7 @@ from fakes.stories_text import sampled_text, write_text_file
 from npu_console.engine.cli.main import main
 from npu_console.engine.quant.calib import Cancelled
 from npu_console.engine.quant.workflow import QuantizeRequest, run_quantize
+from support.cli import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +25,10 @@ def heldout_file(stories_dir, tmp_path_factory):
                            sampled_text(stories_dir, 1, 4, 120))
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, check=False)
-
-
 @pytest.mark.slow
 def test_quantize_then_eval_end_to_end(stories_dir, calib_file, heldout_file, tmp_path):
     out = tmp_path / "w8a8"
-    r = _cli("quantize", "--model", stories_dir, "--method", "w8a8-static", "--smoothquant",
+    r = run_cli("quantize", "--model", stories_dir, "--method", "w8a8-static", "--smoothquant",
              "0.5", "--calib", calib_file, "--samples", "8", "--seq-len", "64",
              "--format", "msmodelslim", "--skip", "*.down_proj", "--out", out, "--json")
     assert r.returncode == 0, r.stderr
@@ -45,7 +39,7 @@ def test_quantize_then_eval_end_to_end(stories_dir, calib_file, heldout_file, tm
     assert (out / "quant_model_description.json").is_file()
     evals = {}
     for name, model in (("float", stories_dir), ("int8", out)):
-        e = _cli("eval", "--model", model, "--data", heldout_file, "--json", "--device", "cpu",
+        e = run_cli("eval", "--model", model, "--data", heldout_file, "--json", "--device", "cpu",
                  "--dtype", "float32")
         assert e.returncode == 0, e.stderr
         evals[name] = json.loads(e.stdout)

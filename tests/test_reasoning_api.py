@@ -174,17 +174,14 @@ def test_bench_serve_reports_time_to_first_answer_token(served):
     assert "first answer" not in plain.summary_text()
 
 
-def test_smollm2_answers_as_before():
+def test_smollm2_answers_as_before(smollm2_gguf):
     """SmolLM2-135M-Instruct (a real chat model whose template has no think tags): no parser,
     no reasoning fields, streaming or not."""
     from npu_console.engine.runtime.config import EngineConfig
     from npu_console.engine.runtime.engine import LocalEngine
-    from support.shared import SMOLLM_GGUF, need
-
-    need(SMOLLM_GGUF, "../shared/models/smollm2-135m-instruct")
     eng = LocalEngine(EngineConfig(max_running=2, num_threads=1))
     try:
-        info = eng.load(SMOLLM_GGUF, name="smollm2").result(900)
+        info = eng.load(smollm2_gguf, name="smollm2").result(900)
         assert info.reasoning_parser is None
         with running_server(eng) as (_, url):
             whole, chunks = _raw(url, {

@@ -15,6 +15,7 @@ from npu_console.engine.remote import fleet as fleet_mod
 from npu_console.engine.remote.fleet import FleetMonitor, ServerRef
 from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
 from support.hostile_http import HostileServer, endless, head, json_answer, trickle
+from support.waiting import wait_for
 
 MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
 METRICS = b"# a server with no engine metrics\n"
@@ -34,15 +35,11 @@ def plain(path: str):
     return [(head(200, "text/plain", len(METRICS)) + METRICS, 0.0)]
 
 
-def wait_for(monitor: FleetMonitor, url: str, pred, timeout: float):
-    deadline = time.monotonic() + timeout
-    snap = None
-    while time.monotonic() < deadline:
+def snapshot_when(monitor: FleetMonitor, url: str, pred, timeout: float):
+    def matching():
         snap = monitor.snapshot(url)
-        if snap is not None and pred(snap):
-            return snap
-        time.sleep(0.05)
-    raise AssertionError(f"no such snapshot within {timeout} s; last: {snap}")
+        return snap if snap is not None and pred(snap) else None
+    return wait_for(matching, timeout, f"a matching snapshot of {url}")
 
 
 # ----------------------------------------------------------------------------- fleet
@@ -58,7 +55,7 @@ def test_rotating_device_ids_cannot_grow_the_fleet_history_without_end():
 
     with HostileServer(handler) as url, FleetMonitor(poll_s=0.02) as monitor:
         monitor.add(ServerRef(url))
-        wait_for(monitor, url, lambda s: s.state == "up", 20)
+        snapshot_when(monitor, url, lambda s: s.state == "up", 20)
         deadline = time.monotonic() + 30
         while next(counter) < 20 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -78,7 +75,7 @@ def test_a_huge_answer_is_cut_off_and_the_host_is_unreachable():
 
     with HostileServer(handler) as url, FleetMonitor(poll_s=0.1) as monitor:
         monitor.add(ServerRef(url))
-        snap = wait_for(monitor, url, lambda s: s.state == "unreachable", 20)
+        snap = snapshot_when(monitor, url, lambda s: s.state == "unreachable", 20)
     assert "MiB" in snap.error or "within" in snap.error, snap.error
 
 
@@ -96,7 +93,7 @@ def test_a_server_that_trickles_turns_unreachable_within_the_poll_deadline(where
     with HostileServer(handler) as url, FleetMonitor(poll_s=0.1) as monitor:
         t0 = time.monotonic()
         monitor.add(ServerRef(url))
-        snap = wait_for(monitor, url, lambda s: s.state == "unreachable", 20)
+        snap = snapshot_when(monitor, url, lambda s: s.state == "unreachable", 20)
         took = time.monotonic() - t0
     assert took < fleet_mod.POLL_DEADLINE_S + 4, took
     assert "within" in snap.error, snap.error

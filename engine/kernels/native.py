@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -105,6 +106,23 @@ def _unavailable_reason(flags: set[str], machine: str | None = None) -> str | No
     return None
 
 
+BUILD_TIMEOUT_S = 300  # -O3 of every kernel on a busy 2-core machine takes one to two minutes
+
+
+def _compile(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run the compiler in a process group of its own: on timeout the whole group goes, since
+    killing the `cc` driver alone leaves cc1 and as compiling (and holding a core) for minutes."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, err
+
+
 def build() -> BuildInfo:
     """Compile (or find the cached) shared object; never raises."""
     flags = cpu_flags()
@@ -131,10 +149,9 @@ def build() -> BuildInfo:
             log.warning("refusing the cached kernel %s (%s); rebuilding it", out, why)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
-        proc = subprocess.run([cc, *cflags, "-o", tmp, str(SOURCE)], capture_output=True,
-                              text=True, timeout=120, check=False)
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["?"])[0]
+        returncode, stderr = _compile([cc, *cflags, "-o", tmp, str(SOURCE)], BUILD_TIMEOUT_S)
+        if returncode != 0:
+            first = (stderr.strip().splitlines() or ["?"])[0]
             return BuildInfo(None, f"compiler failed: {first}")
         os.chmod(tmp, 0o700)  # the linker's mode follows the umask: never group-writable
         os.replace(tmp, out)  # over a refused file too

@@ -58,14 +58,20 @@ def default_engine(stories_dir: Path):
 
 
 @contextlib.contextmanager
-def own_engine(model_dir: Path, name: str):
-    """A LocalEngine of the caller's own (one torch thread) with `model_dir` loaded as `name`,
-    for tests that wrap its parts (fakes.faults): the shared engines above stay untouched."""
+def own_engine(model, name: str | None = None, timeout: float = 300, **config):
+    """A LocalEngine of the caller's own (one torch thread unless `config` says otherwise) with
+    `model` in it as `name`: a folder to load, a LoadedModel to add, or None for an empty
+    engine. For tests that wrap its parts (fakes.faults) or need their own configuration: the
+    shared engines above stay untouched."""
     from npu_console.engine.runtime import EngineConfig, LocalEngine
 
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    eng.load(model_dir, name=name).result(120)
+    config.setdefault("num_threads", 1)
+    eng = LocalEngine(EngineConfig(**config))
     try:
+        if isinstance(model, (str, Path)):
+            eng.load(model, name=name).result(timeout)
+        elif model is not None:
+            eng.add_model(model, name=name).result(timeout)
         yield eng
     finally:
         eng.shutdown(5)

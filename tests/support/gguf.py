@@ -6,8 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from support.shared import SMOLLM_GGUF  # noqa: F401  (where the tests have always found it)
-
 
 def write_gguf(path: Path, arch: str = "llama", tokenizer: bool = True) -> Path:
     """A tiny one-layer model of `arch`, with or without an embedded tokenizer."""

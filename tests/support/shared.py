@@ -20,7 +20,7 @@ MODELS = SHARED / "models"
 STORIES_DIR = MODELS / "stories260K"
 NPU_SMI_FIXTURES = SHARED / "fixtures" / "npu-smi"
 SMOLLM2_DIR = MODELS / "smollm2-135m-instruct"
-SMOLLM_GGUF = SMOLLM2_GGUF = SMOLLM2_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF = SMOLLM2_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def in_ci() -> bool:

@@ -1,0 +1,21 @@
+"""The command line as a process: one launcher for the process-level smoke tests (in-process
+checks call `npu_console.engine.cli.main.main([...])` with capsys instead)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args, env: dict | None = None, timeout: float = 300,
+            cwd: Path | None = ROOT) -> subprocess.CompletedProcess:
+    """`npu-console ARGS` in a child Python (unbuffered, text output, never raises on exit code);
+    `env` adds to the inherited environment."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout,
+                          check=False)
