@@ -126,3 +126,34 @@ def test_the_remote_client_caps_error_messages_and_sse_lines():
         fin = handle.result(60).finish
     assert fin.finish_reason == "error"
     assert "stream line over" in (fin.error or ""), fin.error
+
+
+# ----------------------------------------------------------------------------- remote admin
+
+
+def test_the_admin_client_caps_answers_event_lines_and_refuses_odd_shapes():
+    from npu_console.engine.remote.admin import MAX_ANSWER_BYTES, AdminError, RemoteAdmin
+
+    def handler(method, path):
+        if path == "/v1/admin/models":  # an answer that never ends
+            return [(head(200), 0.0), *endless(b"[" * 65536, 4 * MAX_ANSWER_BYTES)]
+        if path == "/v1/admin/jobs":  # JSON, but not a job list
+            return json_answer({"data": [["not", "a", "job"]]})
+        if path == "/v1/admin/jobs/j1":
+            return json_answer([])
+        if path == "/v1/admin/jobs/j1/events":  # one event line that never ends
+            return [(head(200, "text/event-stream"), 0.0), (b"data: ", 0.0),
+                    *endless(b"a" * 65536, 64 << 20)]
+        return json_answer({"error": {"message": "x" * (1 << 20)}}, 500)
+
+    with HostileServer(handler) as url, RemoteAdmin(url, timeout=30) as admin:
+        with pytest.raises(AdminError, match="an answer over 8 MiB"):
+            admin.models()
+        for call in (admin.jobs, lambda: admin.job("j1")):
+            with pytest.raises(AdminError, match="unexpected shape"):
+                call()
+        with pytest.raises(AdminError, match="event line over"):
+            list(admin.events("j1"))
+        with pytest.raises(AdminError) as refused:  # a 1 MiB error message, cut to one line
+            admin.unload("m")
+        assert refused.value.status == 500 and len(str(refused.value)) <= 600

@@ -19,11 +19,20 @@ from typing import Any, Self
 
 import httpx
 from npu_console.engine.remote.errors import RemoteAuthError, connection_error
-from npu_console.engine.remote.sse import error_message
+from npu_console.engine.remote.sse import (
+    MAX_ERROR_BYTES,
+    MAX_EVENT_BYTES,
+    capped_lines,
+    error_message,
+    read_capped_sync,
+)
 from npu_console.engine.remote.urls import normalize_base_url
 from npu_console.engine.runtime.types import EngineError
 
 FINAL = ("done", "failed", "cancelled")
+# one answer (a listing of every model folder under the roots is the largest: ~1 KB a folder);
+# the server is not trusted, so a longer answer is refused rather than held in memory
+MAX_ANSWER_BYTES = 8 << 20
 
 
 class AdminError(EngineError):
@@ -102,6 +111,13 @@ class AdminListing:
     loaded: tuple[dict[str, Any], ...]  # the served models: name, path, architecture, ...
 
 
+def _listing(d: dict[str, Any]) -> AdminListing:
+    return AdminListing(roots=tuple(str(r["name"]) for r in d.get("roots", ())),
+                        output_root=str(d.get("output_root", "")),
+                        models=tuple(AdminModel.from_json(m) for m in d.get("models", ())),
+                        loaded=tuple(d.get("loaded", ())))
+
+
 class RemoteAdmin:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None):
@@ -132,11 +148,7 @@ class RemoteAdmin:
         return True
 
     def models(self) -> AdminListing:
-        d = self._call("GET", "/v1/admin/models")
-        return AdminListing(roots=tuple(r["name"] for r in d.get("roots", ())),
-                            output_root=d.get("output_root", ""),
-                            models=tuple(AdminModel.from_json(m) for m in d.get("models", ())),
-                            loaded=tuple(d.get("loaded", ())))
+        return self._parsed(_listing, self._call("GET", "/v1/admin/models"))
 
     def load(self, path: str, name: str | None = None, *, device: str = "auto",
              dtype: str = "auto", replace: bool = False, default: bool = False) -> JobState:
@@ -144,7 +156,7 @@ class RemoteAdmin:
                                 "replace": replace, "default": default}
         if name:
             body["name"] = name
-        return JobState.from_json(self._call("POST", "/v1/admin/load", body))
+        return self._parsed(JobState.from_json, self._call("POST", "/v1/admin/load", body))
 
     def unload(self, name: str) -> None:
         self._call("POST", "/v1/admin/unload", {"name": name})
@@ -152,18 +164,20 @@ class RemoteAdmin:
     def quantize(self, path: str, out_name: str, **options: Any) -> JobState:
         """Start a quantization; `options` are the QuantizeBody fields (method, recipe, format,
         samples, budget_pct, overwrite, ...)."""
-        return JobState.from_json(self._call("POST", "/v1/admin/quantize",
-                                             {"path": path, "out_name": out_name, **options}))
+        return self._parsed(JobState.from_json, self._call(
+            "POST", "/v1/admin/quantize", {"path": path, "out_name": out_name, **options}))
 
     def jobs(self) -> list[JobState]:
-        return [JobState.from_json(d) for d in self._call("GET", "/v1/admin/jobs")["data"]]
+        return self._parsed(lambda d: [JobState.from_json(j) for j in d["data"]],
+                            self._call("GET", "/v1/admin/jobs"))
 
     def job(self, job_id: str) -> JobState:
-        return JobState.from_json(self._call("GET", f"/v1/admin/jobs/{job_id}"))
+        return self._parsed(JobState.from_json, self._call("GET", f"/v1/admin/jobs/{job_id}"))
 
     def cancel(self, job_id: str) -> JobState:
         """Ask the job to stop; the answer comes once it has (or after the server's 10 s)."""
-        return JobState.from_json(self._call("DELETE", f"/v1/admin/jobs/{job_id}"))
+        return self._parsed(JobState.from_json,
+                            self._call("DELETE", f"/v1/admin/jobs/{job_id}"))
 
     def events(self, job_id: str, timeout: float | None = None) -> Iterator[JobState]:
         """The job's snapshots as they change, ending with its final one. `timeout`: the
@@ -173,19 +187,24 @@ class RemoteAdmin:
             with self._client.stream("GET", url, timeout=httpx.Timeout(
                     self._client.timeout.connect, read=timeout)) as reply:
                 if reply.status_code >= 400:
-                    reply.read()
                     raise self._error(reply)
                 data: list[str] = []
-                for line in reply.iter_lines():
+                size = 0
+                for line in capped_lines(reply):
+                    if line is None:
+                        raise self._refused(f"a job event line over {MAX_EVENT_BYTES} bytes")
                     if line.startswith("data:"):
+                        size += len(line)
+                        if size > MAX_EVENT_BYTES:
+                            raise self._refused(f"a job event over {MAX_EVENT_BYTES} bytes")
                         data.append(line[5:].removeprefix(" "))
                         continue
                     if line or not data:
                         continue
-                    payload, data = "\n".join(data), []
+                    payload, data, size = "\n".join(data), [], 0
                     if payload.strip() == "[DONE]":
                         return
-                    state = JobState.from_json(json.loads(payload))
+                    state = self._parsed(JobState.from_json, self._json(payload.encode()))
                     yield state
                     if state.done:
                         return
@@ -215,18 +234,38 @@ class RemoteAdmin:
             # every state-changing call declares JSON, even a bodyless DELETE: the server
             # refuses writes that do not (cross_site.py)
             headers = {"Content-Type": "application/json"} if method != "GET" else None
-            reply = self._client.request(method, path, json=body, headers=headers)
+            with self._client.stream(method, path, json=body, headers=headers) as reply:
+                if reply.status_code >= 400:
+                    raise self._error(reply)
+                raw = read_capped_sync(reply, MAX_ANSWER_BYTES)
         except httpx.HTTPError as exc:
             raise connection_error(exc, self.base_url) from None
-        if reply.status_code >= 400:
-            raise self._error(reply)
-        return reply.json()
+        if raw is None:
+            raise self._refused(f"an answer over {MAX_ANSWER_BYTES >> 20} MiB")
+        return self._json(raw)
+
+    def _json(self, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise self._refused("an answer that is not JSON") from None
+
+    def _parsed(self, make: Callable[[Any], Any], data: Any) -> Any:
+        """`make(data)`, or an AdminError when the server's JSON has another shape."""
+        try:
+            return make(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise self._refused("an answer of an unexpected shape") from None
+
+    def _refused(self, what: str) -> AdminError:
+        return AdminError(f"the server at {self.base_url} sent {what}", 502, "bad_answer")
 
     def _error(self, reply: httpx.Response) -> EngineError:
+        raw = read_capped_sync(reply, MAX_ERROR_BYTES) or b""
         try:
-            body = reply.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            body = reply.text
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = raw.decode("utf-8", "replace")
         message, param, code = error_message(body, reply.status_code)
         if reply.status_code == 401:
             return RemoteAuthError(f"the server at {self.base_url} refused the API key: "

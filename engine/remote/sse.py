@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -19,28 +19,59 @@ MAX_ERROR_BYTES = 64 << 10  # what is read of an error answer's body
 MAX_MESSAGE_CHARS = 500  # an error message as shown to the user
 
 
-async def _lines(response: httpx.Response) -> AsyncIterator[str | None]:
-    """The body's lines (CR, LF or CRLF ends), read in pieces; None, then the end, when a line
-    grows past MAX_LINE_BYTES (httpx's own line reader would buffer it whole)."""
-    buf = bytearray()
-    async for piece in response.aiter_bytes():
-        buf += piece
+class _LineSplitter:
+    """Bytes in, lines out (CR, LF or CRLF ends); `over` once a line grows past MAX_LINE_BYTES
+    (httpx's own line readers would buffer it whole). Shared by the async and sync readers."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, piece: bytes) -> list[str]:
+        self.buf += piece
+        out = []
         while True:
-            ends = [i for i in (buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
+            ends = [i for i in (self.buf.find(b"\n"), self.buf.find(b"\r")) if i >= 0]
             if not ends:
                 break
             cut = min(ends)
-            if buf[cut:cut + 1] == b"\r" and cut + 1 == len(buf):
+            if self.buf[cut:cut + 1] == b"\r" and cut + 1 == len(self.buf):
                 break  # a CR at the end of a piece: its LF may be in the next one
-            line = bytes(buf[:cut])
-            step = 2 if buf[cut:cut + 2] == b"\r\n" else 1
-            del buf[:cut + step]
-            yield line.decode("utf-8", "replace")
-        if len(buf) > MAX_LINE_BYTES:
+            line = bytes(self.buf[:cut])
+            step = 2 if self.buf[cut:cut + 2] == b"\r\n" else 1
+            del self.buf[:cut + step]
+            out.append(line.decode("utf-8", "replace"))
+        return out
+
+    @property
+    def over(self) -> bool:
+        return len(self.buf) > MAX_LINE_BYTES
+
+    def rest(self) -> list[str]:
+        return [bytes(self.buf).rstrip(b"\r").decode("utf-8", "replace")] if self.buf else []
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[str | None]:
+    """The body's lines; None, then the end, when a line grows past MAX_LINE_BYTES."""
+    split = _LineSplitter()
+    async for piece in response.aiter_bytes():
+        for line in split.feed(piece):
+            yield line
+        if split.over:
             yield None
             return
-    if buf:
-        yield bytes(buf).rstrip(b"\r").decode("utf-8", "replace")
+    for line in split.rest():
+        yield line
+
+
+def capped_lines(response: httpx.Response) -> Iterator[str | None]:
+    """The sync twin of _lines (the admin client reads job events on a worker thread)."""
+    split = _LineSplitter()
+    for piece in response.iter_bytes():
+        yield from split.feed(piece)
+        if split.over:
+            yield None
+            return
+    yield from split.rest()
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
@@ -88,6 +119,16 @@ async def read_capped(response: httpx.Response, limit: int = MAX_ERROR_BYTES) ->
         if len(out) >= limit:
             break
     return bytes(out[:limit])
+
+
+def read_capped_sync(response: httpx.Response, limit: int) -> bytes | None:
+    """The whole body if it is at most `limit` bytes, else None (the rest is never read)."""
+    out = bytearray()
+    for piece in response.iter_bytes():
+        out += piece
+        if len(out) > limit:
+            return None
+    return bytes(out)
 
 
 def _short(text: str) -> str:
