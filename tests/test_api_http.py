@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
@@ -325,6 +327,30 @@ def test_oversized_body_is_413_before_it_is_read(url):
     r = httpx.post(url + "/v1/completions", content=chunked(), timeout=30,
                    headers={"content-type": "application/json"})
     assert_error(r, 413)
+
+
+def test_a_client_still_sending_an_oversized_body_gets_its_413_not_a_reset(url):
+    """The server answers 413 before it has read the body; closing with unread data would reset
+    the connection and the client would lose the answer (the soak lost 29 of 80 that way).
+    Ten times on one kept-alive connection, between good requests, as a real client sends
+    them: every oversized one must come back as a 413, every good one as a 200."""
+    big = b'{"prompt": "' + b"x" * 1_500_000 + b'"}'
+
+    async def client() -> list:
+        got = []
+        async with httpx.AsyncClient(base_url=url, timeout=30,
+                                     limits=httpx.Limits(max_connections=1)) as c:
+            for _ in range(10):
+                got.append(await c.post("/v1/completions", content=big,
+                                        headers={"content-type": "application/json"}))
+                got.append(await c.post("/v1/completions",
+                                        json={"prompt": "Once", "max_tokens": 2}))
+        return got
+
+    answers = asyncio.run(client())
+    for big_answer in answers[::2]:
+        assert_error(big_answer, 413)
+    assert all(r.status_code == 200 for r in answers[1::2])
 
 
 def test_unknown_route_and_method(url):

@@ -195,7 +195,14 @@ class BodyLimitMiddleware:
     the app's receive() goes to the connection again, so disconnects are still seen. A body
     not all there `timeout` seconds after it started gets 408 and the connection is closed
     (slow clients).
+
+    Before a 413 the rest of a body of up to DRAIN_FACTOR x `limit` is read and dropped: a
+    server that closes with unread data resets the connection, and the client, still sending,
+    loses the 413 and sees only "connection reset" (1 in 3 such requests in the soak). A larger
+    body is answered at once and the connection closed.
     """
+
+    DRAIN_FACTOR = 4
 
     def __init__(self, app, limit: int, timeout: float = 30.0):
         self.app = app
@@ -213,6 +220,8 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = 0
                 if declared > self.limit:
+                    if declared <= self.limit * self.DRAIN_FACTOR:
+                        await self._drain(receive, time.monotonic() + self.timeout, declared)
                     await self._too_large(scope, send, declared)
                     return
         chunks: list[bytes] = []
@@ -234,6 +243,8 @@ class BodyLimitMiddleware:
             body = message.get("body", b"")
             total += len(body)
             if total > self.limit:
+                if message.get("more_body", False):
+                    await self._drain(receive, deadline, self.limit * self.DRAIN_FACTOR - total)
                 await self._too_large(scope, send, None)
                 return
             chunks.append(body)
@@ -250,13 +261,26 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
+    @staticmethod
+    async def _drain(receive, deadline: float, budget: int) -> None:
+        """Read and drop the body until its end, `budget` bytes, the deadline or a disconnect."""
+        while budget > 0:
+            try:
+                message = await asyncio.wait_for(receive(),
+                                                 max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                return
+            budget -= len(message.get("body", b""))
+
     async def _too_large(self, scope: Scope, send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else f"more than {self.limit} bytes"
         message = f"request body too large: {size}, the limit is {self.limit} bytes"
         state = scope.get("state")
         if isinstance(state, dict) and INFO_KEY in state:
             state[INFO_KEY].error = message
-        # close the connection: the rest of the body is never read
+        # close the connection: the rest of a larger body is never read
         await _send_json_error(send, 413, message, "invalid_request_error", "body_too_large",
                                [(b"connection", b"close")])
 

@@ -47,8 +47,9 @@ async def soak(url: str, pid: int, minutes: float, concurrency: int, warmup_s: f
         async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
             while time.monotonic() < t_end and sent < max_requests:
                 sent += 1
+                is_bad = rng.random() < BAD_SHARE
                 try:
-                    if rng.random() < BAD_SHARE:
+                    if is_bad:
                         entry = rng.choice(corpus)
                         r = await client.request(**request_args(entry))
                         bad[r.status_code] += 1
@@ -58,9 +59,9 @@ async def soak(url: str, pid: int, minutes: float, concurrency: int, warmup_s: f
                     status, complete = await one_request(client, rng)
                     good[status] += 1
                     incomplete += not complete
-                except httpx.HTTPError as exc:
+                except httpx.HTTPError as exc:  # lost: counted where it was sent
                     lost += 1
-                    good[f"client error: {type(exc).__name__}"] += 1
+                    (bad if is_bad else good)[f"client error: {type(exc).__name__}"] += 1
 
     async def sampler() -> None:
         while time.monotonic() < t_end and sent < max_requests:
