@@ -73,3 +73,22 @@ def test_same_seed_same_samples_in_process(stories_dir):
     assert digest[2] != digest[0]  # another seed draws other samples
     # the float model itself is left as it was (the float64 writer is a copy)
     assert next(loaded.model.parameters()).dtype == torch.float32
+
+
+def test_cache_key_survives_the_gguf_cache_touching_its_meta_json(tmp_path, monkeypatch):
+    """The GGUF cache rewrites a converted model's meta.json on every load (its eviction
+    order); the samples' cache must not follow it, or every load regenerates them (minutes),
+    while a changed weight file must still give a new key."""
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "config.json").write_text("{}")
+    (model / "meta.json").write_text('{"used": 1}')
+    before = selfcalib._cache_path(model, 16, 128, 0)
+    (model / "meta.json").write_text('{"used": 22}')
+    os.utime(model / "meta.json", (1e9, 1e9))
+    assert selfcalib._cache_path(model, 16, 128, 0) == before
+    (model / "model.safetensors").write_bytes(b"other weights")
+    assert selfcalib._cache_path(model, 16, 128, 0) != before
+    assert selfcalib._cache_path(model, 16, 128, 1) != before

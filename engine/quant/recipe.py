@@ -35,6 +35,7 @@ class Recipe:
     consumers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input key -> layers
     _prepared: dict = field(default_factory=dict, repr=False)  # the last input's factor
     producer_of: dict[str, str] = field(default_factory=dict)
+    damp: float = 0.01  # GPTQ damping, a fraction of the Gram matrix's mean diagonal
 
     def rounded_weight(self, name: str, weight: Any, factors: dict) -> Any:
         """(int8, scales) by engine.quant.gptq for a layer whose input Gram matrix was
@@ -47,7 +48,7 @@ class Recipe:
             return None
         if key not in self._prepared:  # q/k/v and gate/up share one factorisation
             s = factors.get(self.producer_of.get(key, ""))
-            self._prepared = {key: prepare(smoothed_gram(gram, s))}
+            self._prepared = {key: prepare(smoothed_gram(gram, s), self.damp)}
         return round_weight(weight, prepared=self._prepared[key])
 
     def to_dict(self) -> dict:

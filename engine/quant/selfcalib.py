@@ -70,8 +70,11 @@ def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Pa
     from npu_console.engine.paths import cache_dir
 
     p = Path(model_dir).resolve()
+    # the GGUF cache's meta.json is touched on every use (its eviction order), so its mtime
+    # would throw the samples away each time the converted model is loaded
     weights = sorted(f for f in (p.iterdir() if p.is_dir() else [p])
-                     if f.suffix in (".safetensors", ".bin", ".gguf", ".json"))
+                     if f.suffix in (".safetensors", ".bin", ".gguf", ".json")
+                     and f.name != "meta.json")
     ident = [str(p), VERSION, n, new_tokens, seed,
              [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in weights]]
     key = hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:16]
