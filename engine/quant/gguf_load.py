@@ -101,7 +101,7 @@ def _assign(model: Any, hf_name: str, value: torch.Tensor) -> None:
     mod_name, _, leaf = hf_name.rpartition(".")
     mod = model.get_submodule(mod_name)
     if isinstance(mod, QuantLinear):  # a bias after its weight
-        mod.bias = value.to(mod.float_dtype)
+        mod.bias.copy_(value)
         return
     mod._parameters[leaf] = torch.nn.Parameter(value, requires_grad=False)
 
@@ -110,13 +110,11 @@ def _to_int8_linear(model: Any, mod_name: str, q: torch.Tensor, s: torch.Tensor,
                     dtype: torch.dtype) -> QuantLinear:
     lin = model.get_submodule(mod_name)
     has_bias = lin.bias is not None
-    mod = QuantLinear(lin.in_features, lin.out_features, "w8a16", bias=False, group_size=group,
-                      dtype=dtype)
+    mod = QuantLinear(lin.in_features, lin.out_features, "w8a16", bias=has_bias,
+                      group_size=group, dtype=dtype)
     mod.weight, mod.weight_scale = q, s
-    if has_bias:  # a bias read before its weight is real by now; else it comes later
-        b = lin.bias
-        mod.bias = (b.detach().to(dtype) if b.device.type != "meta"
-                    else torch.zeros(lin.out_features, dtype=dtype))
+    if has_bias and lin.bias.device.type != "meta":  # read before its weight; else it follows
+        mod.bias.copy_(lin.bias.detach())
     set_module(model, mod_name, mod)
     return mod
 
