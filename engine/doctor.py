@@ -255,6 +255,37 @@ def check_model(path: str | Path) -> Check:
     return Check("model", "ok", f"{report.summary()}: batched")
 
 
+def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: int = 1) -> Check:
+    """The memory plan of a model before any work: weights in each form it can load in (float
+    in the device's default dtype; a GGUF also as INT8), the KV cache for the context x batch,
+    and the headroom against what the device has free."""
+    from npu_console.engine.devices import default_dtype, get_device
+    from npu_console.engine.models.folder import inspect_model_folder
+    from npu_console.engine.models.memory import GGUF_INT8, estimate_memory, plan_text
+
+    report = inspect_model_folder(Path(path))
+    if not report.ok:
+        return Check("memory plan", "info", "no plan: the model does not check out")
+    dev = get_device("auto")
+    dtype = default_dtype(dev)
+    ctx = context or min(report.max_context or 2048, 4096)
+    forms = [(f"as {dtype}", None if not report.quantization else report.quantization)]
+    if report.int8_bytes is not None:
+        forms.append(("as int8", GGUF_INT8))
+    lines, fits = [], []
+    for form, quant in forms:
+        est = estimate_memory(report, dtype, context=ctx, max_seqs=max_seqs, quantization=quant)
+        lines.append(plan_text(est, dev.free_memory, dev.label, form, ctx, max_seqs))
+        fits.append(est.total_bytes <= dev.free_memory)
+    detail = "; ".join(lines)
+    if fits[0]:
+        return Check("memory plan", "ok", detail)
+    if any(fits):
+        return Check("memory plan", "warn", detail, "load it with --load-as int8")
+    return Check("memory plan", "fail", detail, "a shorter context, a smaller model, or more "
+                                                "memory")
+
+
 def check_gui_extra() -> Check:
     """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
     without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
@@ -301,6 +332,7 @@ def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check
     checks.append(check_demo_model())
     if model is not None:
         checks.append(check_model(model))
+        checks.append(check_memory_plan(model))
     checks.append(check_gui_extra())
     checks.append(check_display())
     return checks

@@ -41,6 +41,7 @@ class OfflineConfig:
     bandwidth_gbps: float | None = None  # overrides the measured / spec-sheet figure
     num_threads: int | None = None  # torch threads of the engine; None = the engine's default
     max_batched_tokens: int | None = None  # None: the whole batch's prompts in one step
+    load_as: str = "float"  # "int8": a GGUF straight into INT8 weights (load_model)
 
     def check(self) -> None:
         if not self.batch_sizes or min(self.batch_sizes) < 1:
@@ -278,7 +279,8 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
         if loaded is None:
             say(0.0, f"loading {cfg.model}")
             try:
-                loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, cancel=cancel)
+                loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, cancel=cancel,
+                                    load_as=cfg.load_as)
             except LoadCancelled:
                 raise BenchError("cancelled while loading the model") from None
             except (ModelFolderError, ModelLoadError) as exc:

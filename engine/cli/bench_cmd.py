@@ -40,6 +40,8 @@ def register(sub) -> None:
                         "or per token (as `quantize --act-scales`)")
     o.add_argument("--device", default="auto", help="auto, cpu, npu[:N] or cuda[:N]")
     o.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    o.add_argument("--load-as", default="float", choices=["float", "int8"],
+                   help="int8: a GGUF file straight into INT8 weights, no float copy")
     o.add_argument("--batch-sizes", default="1,2,4,8,16", help="comma-separated (default 1,2,4,8,16)")
     o.add_argument("--input-len", type=int, default=128, help="prompt tokens (default 128)")
     o.add_argument("--output-len", type=int, default=128, help="new tokens (default 128)")
@@ -169,7 +171,8 @@ def run_offline(args) -> int:
                         device=device, dtype=dtype,
                         batch_sizes=_batch_sizes(args.batch_sizes), input_len=args.input_len,
                         output_len=args.output_len, seed=args.seed,
-                        bandwidth_gbps=args.bandwidth, num_threads=args.threads)
+                        bandwidth_gbps=args.bandwidth, num_threads=args.threads,
+                        load_as=args.load_as)
     return _run(run_offline_sweep, cfg, args)
 
 

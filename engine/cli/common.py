@@ -27,6 +27,11 @@ def add_model_args(p, device: bool = True) -> None:
     if device:
         p.add_argument("--device", default="auto", help="auto, cpu, npu[:N] or cuda[:N]")
         p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+        p.add_argument("--load-as", default="float", choices=["float", "int8"],
+                       help="float: weights in --dtype (a GGUF is converted to a cached float "
+                            "folder first); int8: a GGUF file straight into INT8 weights, "
+                            "Q8_0 exactly, other types rounded per group of 32, with no float "
+                            "copy (--dtype is then the activations')")
 
 
 def add_reasoning_arg(p) -> None:
@@ -74,7 +79,8 @@ def load_for_cli(args, quiet: bool = False):
         # on a thread that ends: the main thread must not keep an OpenMP team beside the
         # engine's (engine.runtime.threads)
         loaded = run_in_fresh_thread(load_model, path, device=device, dtype=dtype,
-                                     progress=progress, name="load")
+                                     progress=progress, name="load",
+                                     load_as=getattr(args, "load_as", "float"))
         if not quiet and sys.stderr.isatty():
             print("\r" + " " * 50 + "\r", end="", file=sys.stderr)
     except (ModelFolderError, ModelLoadError, LoadCancelled) as exc:

@@ -61,6 +61,10 @@ class ModelFolderReport:
     quantization: str | None = None  # e.g. "compressed-tensors", "msmodelslim", "npu-console"
     source_format: str = "hf"  # "hf" (a Hugging Face folder) or "gguf" (one GGUF file)
     gguf_type: str | None = None  # the GGUF's main tensor type, e.g. "Q4_1", "Q8_0", "F16"
+    # a GGUF loaded as INT8: bytes of its int8 matrices and scales, and the values that stay
+    # float (norms, a non-Q8_0 token table); None for a Hugging Face folder
+    int8_bytes: int | None = None
+    int8_float_elems: int = 0
 
     @property
     def ok(self) -> bool:

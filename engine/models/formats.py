@@ -20,6 +20,8 @@ _REGISTRY: dict[tuple[str, str], str | Callable[..., Any]] = {
     ("gguf", "inspect"): "npu_console.engine.models.gguf:inspect_path",
     # (path, device=, dtype=, name=, progress=, cancel=) -> LoadedModel of an INT8 export
     ("int8", "load"): "npu_console.engine.quant.io:load_quantized",
+    # the same for a GGUF file loaded straight into INT8 (no float copy)
+    ("gguf-int8", "load"): "npu_console.engine.quant.gguf_load:load_gguf_int8",
 }
 
 

@@ -30,6 +30,8 @@ ProgressFn = Callable[[float, str], None]
 MODEL_BUILD_LOCK = threading.Lock()
 
 
+LOAD_AS = ("float", "int8")  # the forms a model's weights can be loaded in (--load-as)
+
 # the engine's one cancellation exception, under the name loaders have always used
 LoadCancelled = Cancelled
 
@@ -85,9 +87,11 @@ def _check(cancel: threading.Event | None) -> None:
 def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
                name: str | None = None, progress: ProgressFn | None = None,
                cancel: threading.Event | None = None, check_memory: bool = True,
-               context: int | None = None) -> LoadedModel:
+               context: int | None = None, load_as: str = "float") -> LoadedModel:
     """Validate, check memory, then load. Raises ModelFolderError (folder problems),
-    ModelLoadError (memory / device / dtype) or LoadCancelled."""
+    ModelLoadError (memory / device / dtype) or LoadCancelled. `load_as`: "float" (weights in
+    `dtype`) or "int8" (a GGUF file straight into INT8 weights, engine.quant.gguf_load;
+    `dtype` is then the float parts' and the activations')."""
     from npu_console.engine.devices import get_device, import_torch
 
     def step(fraction: float, what: str) -> None:
@@ -98,6 +102,11 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     path = Path(path).expanduser()
     step(0.02, "checking the folder")
     report = validate_model_folder(path)
+    if load_as not in LOAD_AS:
+        raise ModelLoadError(f"unknown load form {load_as!r}: choose {' or '.join(LOAD_AS)}")
+    if load_as == "int8":
+        return _load_gguf_int8(report, device=device, dtype=dtype, name=name, progress=progress,
+                               cancel=cancel, check_memory=check_memory, context=context)
     if report.source_format == "gguf":
         return _load_gguf(report, device=device, dtype=dtype, name=name, progress=progress,
                           cancel=cancel, check_memory=check_memory, context=context)
@@ -144,6 +153,37 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     return LoadedModel(name=name or path.name, path=path, model=model, tokenizer=tokenizer,
                        config=model.config, device=dev.torch_device, dtype=dtype,
                        architecture=arch, report=report)
+
+
+def _load_gguf_int8(report: ModelFolderReport, *, device: str, dtype: str, name: str | None,
+                    progress: ProgressFn | None, cancel: threading.Event | None,
+                    check_memory: bool, context: int | None) -> LoadedModel:
+    """A GGUF file straight into INT8 weights (no float copy, no conversion cache); the memory
+    plan comes from its tensor table before anything is read."""
+    from npu_console.engine.devices import get_device
+    from npu_console.engine.models.formats import lookup
+    from npu_console.engine.models.memory import GGUF_INT8
+
+    if report.source_format != "gguf":
+        raise ModelLoadError(f"{report.path}: loading as int8 reads GGUF files; quantize a "
+                             "Hugging Face folder with `npu-console quantize` instead")
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ModelLoadError(f"unsupported dtype {dtype!r}: choose float32, float16 or bfloat16")
+    try:
+        dev = get_device(device)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if check_memory:
+        est = estimate_memory(report, dtype, context=context or min(report.max_context or 2048,
+                                                                    4096),
+                              quantization=GGUF_INT8)
+        msg = fits_message(est, dev.free_memory, dev.label)
+        if msg:
+            raise ModelLoadError(msg)
+    loaded = lookup("gguf-int8", "load")(report.path, device=dev.torch_device, dtype=dtype,
+                                         name=name, progress=progress, cancel=cancel)
+    loaded.report = report
+    return loaded
 
 
 def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str | None,

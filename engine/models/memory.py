@@ -10,6 +10,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
 # Activations, allocator slack and the runtime itself: a margin, not a measurement.
 OVERHEAD_FRACTION = 0.10
 OVERHEAD_MIN = 256 * 2**20
+GGUF_INT8 = "gguf-int8"  # quantization of a GGUF loaded straight into INT8 (--load-as int8)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,11 @@ def estimate_memory(report: ModelFolderReport, dtype: str = "float32", context: 
     plus a KV cache for `max_seqs` sequences of `context` tokens."""
     params = report.num_parameters or 0
     elem = DTYPE_BYTES[dtype]
-    if quantization:
+    if quantization == GGUF_INT8 and report.int8_bytes is not None:
+        # from the GGUF's tensor table (engine.models.gguf._int8_plan): int8 matrices with
+        # their scales per 32, the rest in the float dtype
+        weights = report.int8_bytes + report.int8_float_elems * elem
+    elif quantization:
         # Embeddings (and a tied lm_head) stay in float; the linear layers take one byte a weight
         # plus a float scale per output channel (negligible).
         embed = (report.vocab_size or 0) * (report.hidden_size or 0)
@@ -61,6 +66,18 @@ def fits_message(estimate: MemoryEstimate, free_bytes: int, device_label: str) -
             f"(weights {format_bytes(estimate.weight_bytes)}, KV cache {format_bytes(estimate.kv_bytes)}), "
             f"{format_bytes(free_bytes)} free on {device_label}; try a smaller dtype, INT8, or a "
             "shorter context")
+
+
+def plan_text(estimate: MemoryEstimate, free_bytes: int, device_label: str, form: str,
+              context: int, max_seqs: int) -> str:
+    """One line: the weights in `form`, the KV cache for context x batch, and the headroom."""
+    left = free_bytes - estimate.total_bytes
+    verdict = (f"headroom {format_bytes(left)}" if left >= 0
+               else f"short by {format_bytes(-left)}")
+    return (f"{form}: weights {format_bytes(estimate.weight_bytes)} + KV cache "
+            f"{format_bytes(estimate.kv_bytes)} ({context} tokens x {max_seqs}) + overhead "
+            f"{format_bytes(estimate.overhead_bytes)} = {format_bytes(estimate.total_bytes)} "
+            f"of {format_bytes(free_bytes)} available on {device_label}: {verdict}")
 
 
 def format_bytes(n: float) -> str:

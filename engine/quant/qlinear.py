@@ -40,7 +40,8 @@ class QuantLinear(Int8Linear):
 
 
 class QuantEmbedding(nn.Module):
-    """Token embedding stored as int8 rows with one fp32 scale per row; a lookup dequantizes
+    """Token embedding stored as int8 rows with one fp32 scale per row (or per group of 32
+    columns: a GGUF's Q8_0 table, engine.quant.gguf_load); a lookup dequantizes
     only the rows it reads. With a tied model it owns nothing and reads the int8 lm_head's
     weight and scales (one int8 copy of the vocabulary matrix, as the float model had one).
     `embed_scale`: the factor a scaled embedding multiplies its rows by (Gemma's sqrt(hidden),
@@ -90,7 +91,11 @@ class QuantEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         q, scale = self._tables()
-        rows = q[ids].to(torch.float32) * scale[ids].unsqueeze(-1)
+        rows, s = q[ids].to(torch.float32), scale[ids]
+        if scale.dim() == 2:  # one scale per group of columns (a GGUF's Q8_0 table: 32)
+            rows = (rows.unflatten(-1, (s.shape[-1], -1)) * s.unsqueeze(-1)).flatten(-2)
+        else:
+            rows = rows * s.unsqueeze(-1)
         if self.embed_scale != 1.0:
             # as the float module does it: the scale rounded to the float dtype first
             rows = rows.to(self.float_dtype) * torch.tensor(self.embed_scale,

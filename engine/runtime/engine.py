@@ -161,12 +161,13 @@ class LocalEngine:
     # ================================================================ models
     def load(self, path: str | Path, name: str | None = None, device: str = "cpu",
              dtype: str = "float32", default: bool = False, replace: bool = False,
-             force_fallback: bool = False) -> Job:
+             force_fallback: bool = False, load_as: str = "float") -> Job:
         """Load a model folder or GGUF file on a loader thread; the Job's result() is its
-        ModelInfo, its progress callbacks report the stages, and cancel() stops it."""
+        ModelInfo, its progress callbacks report the stages, and cancel() stops it.
+        `load_as` "int8": a GGUF straight into INT8 weights (engine.models.load_model)."""
         name = name or Path(path).name
-        return start_load(self._core, name, folder_loader(path, name, device, dtype), default,
-                          replace, force_fallback)
+        return start_load(self._core, name, folder_loader(path, name, device, dtype, load_as),
+                          default, replace, force_fallback)
 
     def add_model(self, loaded: Any, name: str | None = None, default: bool = False,
                   replace: bool = False, force_fallback: bool = False) -> Job:

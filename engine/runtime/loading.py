@@ -18,7 +18,7 @@ from npu_console.engine.runtime.variant import build_variant
 
 
 def folder_loader(path: str | Path, name: str, device: str,
-                  dtype: str) -> Callable[[Job], Any]:
+                  dtype: str, load_as: str = "float") -> Callable[[Job], Any]:
     """A producer for start_load: loads `path` (a folder or a GGUF file), reporting progress to
     the job (up to 0.75; the KV cache comes after) and stopping when the job is cancelled."""
 
@@ -28,7 +28,7 @@ def folder_loader(path: str | Path, name: str, device: str,
         try:
             return load_model(path, device=device, dtype=dtype, name=name,
                               progress=lambda f, what: job._report(0.75 * f, what),
-                              cancel=job._cancelled)
+                              cancel=job._cancelled, load_as=load_as)
         except Cancelled:
             raise Cancelled(f"loading {name} was cancelled") from None
         except (ModelFolderError, ModelLoadError) as exc:

@@ -9,6 +9,11 @@ own name map) with a placeholder vocabulary of the model's size that llama.cpp's
 That way llama.cpp and our engine run the very same weights.
 
     python tests/bench/random_gguf.py /tmp/qwen05b-random /tmp/qwen05b-random-f32.gguf [--outtype f16]
+
+The scale curve's models go straight to Q8_0 instead, with no float copy at all (random int8
+values and fp16 scales written block by block, one tensor in memory):
+
+    python tests/bench/random_gguf.py --q8-0 llama-2-7b /tmp/llama2-7b-random-q8_0.gguf
 """
 
 from __future__ import annotations
@@ -136,7 +141,119 @@ def write_qwen2_gguf(folder: str | Path, out: str | Path, outtype: str = "f32",
     return out
 
 
+# real models' shapes for the scale curve (their config.json values)
+SHAPES = {
+    "qwen2.5-0.5b": dict(arch="qwen2", hidden=896, layers=24, heads=14, kv=2, inter=4864,
+                         vocab=151936, tied=True, ctx=32768, theta=1e6, eps=1e-6),
+    "qwen2.5-1.5b": dict(arch="qwen2", hidden=1536, layers=28, heads=12, kv=2, inter=8960,
+                         vocab=151936, tied=True, ctx=32768, theta=1e6, eps=1e-6),
+    "llama-3.2-3b": dict(arch="llama", hidden=3072, layers=28, heads=24, kv=8, inter=8192,
+                         vocab=128256, tied=True, ctx=131072, theta=5e5, eps=1e-5),
+    "llama-2-7b": dict(arch="llama", hidden=4096, layers=32, heads=32, kv=32, inter=11008,
+                       vocab=32000, tied=False, ctx=4096, theta=1e4, eps=1e-5),
+}
+
+
+def _q8_0_random(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """Random Q8_0 bytes of a (rows, cols) matrix, made block by block in its final form:
+    uniform int8 values and one fp16 scale per 32 giving about `std` (no float32 copy)."""
+    blocks = np.empty((rows, cols // 32, 34), dtype=np.uint8)
+    scale = np.float16(std * np.sqrt(3.0) / 127.0)
+    blocks[:, :, :2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
+    blocks[:, :, 2:] = rng.integers(-127, 128, size=(rows, cols // 32, 32),
+                                    dtype=np.int8).view(np.uint8)
+    return blocks.reshape(rows, cols // 32 * 34)
+
+
+def write_random_q8_0(shape: str, out: str | Path, seed: int = 0,
+                      progress: Callable[[str], None] | None = None) -> Path:
+    """A random-weight model of a real `shape` (SHAPES) straight to a Q8_0 GGUF, one tensor
+    at a time: every matrix Q8_0 (token table and head too, as llama-quantize's Q8_0), norms
+    F32 ones, Qwen2's q/k/v biases small F32 values. Peak memory is one tensor."""
+    import gguf
+
+    s, out = SHAPES[shape], Path(out)
+    rng = np.random.default_rng(seed)
+    arch = gguf.MODEL_ARCH.QWEN2 if s["arch"] == "qwen2" else gguf.MODEL_ARCH.LLAMA
+    h, kv_dim = s["hidden"], s["kv"] * (s["hidden"] // s["heads"])
+    plan: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (s["vocab"], h))]
+    for i in range(s["layers"]):
+        b = f"blk.{i}."
+        plan += [(b + "attn_norm.weight", (h,)), (b + "attn_q.weight", (h, h)),
+                 (b + "attn_k.weight", (kv_dim, h)), (b + "attn_v.weight", (kv_dim, h)),
+                 (b + "attn_output.weight", (h, h)), (b + "ffn_norm.weight", (h,)),
+                 (b + "ffn_gate.weight", (s["inter"], h)), (b + "ffn_up.weight", (s["inter"], h)),
+                 (b + "ffn_down.weight", (h, s["inter"]))]
+        if s["arch"] == "qwen2":
+            plan += [(b + "attn_q.bias", (h,)), (b + "attn_k.bias", (kv_dim,)),
+                     (b + "attn_v.bias", (kv_dim,))]
+    plan.append(("output_norm.weight", (h,)))
+    if not s["tied"]:
+        plan.append(("output.weight", (s["vocab"], h)))
+    w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(f"random {shape}")
+    w.add_context_length(s["ctx"])
+    w.add_embedding_length(h)
+    w.add_block_count(s["layers"])
+    w.add_feed_forward_length(s["inter"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv"])
+    w.add_rope_dimension_count(h // s["heads"])
+    w.add_rope_freq_base(s["theta"])
+    w.add_layer_norm_rms_eps(s["eps"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    vocab = s["vocab"]
+    w.add_tokenizer_model("llama")
+    w.add_token_list([*SPECIAL, *(f"t{i}" for i in range(len(SPECIAL), vocab))])
+    w.add_token_scores([0.0] * vocab)
+    w.add_token_types([gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
+                       *([gguf.TokenType.NORMAL] * (vocab - len(SPECIAL)))])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for name, dims in plan:
+        if len(dims) == 2:
+            w.add_tensor_info(name, (dims[0], dims[1] // 32 * 34), np.dtype(np.uint8),
+                              dims[0] * dims[1] // 32 * 34, raw_dtype=q8)
+        else:
+            w.add_tensor_info(name, dims, np.dtype(np.float32), dims[0] * 4)
+    try:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for i, (name, dims) in enumerate(plan, 1):
+            if len(dims) == 2:
+                data = _q8_0_random(rng, dims[0], dims[1], 0.02)
+            elif name.endswith(".bias"):
+                data = (rng.standard_normal(dims[0]) * 0.02).astype(np.float32)
+            else:
+                data = np.ones(dims, dtype=np.float32)
+            w.write_tensor_data(data)
+            if progress:
+                progress(f"{i}/{len(plan)} {name}")
+    except BaseException:
+        w.close()
+        out.unlink(missing_ok=True)
+        raise
+    w.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--q8-0":  # random_gguf.py --q8-0 SHAPE OUT [--seed N]
+        p = argparse.ArgumentParser(description="a random-weight Q8_0 GGUF of a real shape")
+        p.add_argument("--q8-0", dest="shape", choices=sorted(SHAPES), required=True)
+        p.add_argument("out", type=Path)
+        p.add_argument("--seed", type=int, default=0)
+        args = p.parse_args(argv)
+        write_random_q8_0(args.shape, args.out, args.seed,
+                          progress=lambda s: print(f"\r{s:<60}", end="", file=sys.stderr))
+        print(file=sys.stderr)
+        print(args.out)
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="Hugging Face folder of a Qwen2 model")
     p.add_argument("out", type=Path, help="GGUF file to write")

@@ -35,14 +35,24 @@ def write_gguf(path: Path, arch: str = "llama", tokenizer: bool = True) -> Path:
     return path
 
 
-GGUF_ARCH = {"qwen2": "QWEN2", "qwen3": "QWEN3", "gemma3": "GEMMA3"}
+GGUF_ARCH = {"qwen2": "QWEN2", "qwen3": "QWEN3", "gemma3": "GEMMA3", "llama": "LLAMA"}
 
 
-def write_model_gguf(model, path: Path) -> Path:
-    """`model` (a tiny transformers qwen2 / qwen3 / gemma3 model) as an F32 GGUF, laid out as
+def llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """The row order llama.cpp's converter gives a Llama Q or K projection (`heads` = the
+    heads of that projection): within each head, the two halves' rows interleaved, so its
+    rotary embedding can pair neighbouring values. transformers' reader undoes it."""
+    rows = w.shape[0]
+    return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_model_gguf(model, path: Path, matrices: str = "F32") -> Path:
+    """`model` (a tiny transformers llama / qwen2 / qwen3 / gemma3 model) as a GGUF, laid out as
     llama.cpp's converter lays it out (tensor names from the gguf package's own map; Gemma's
-    norms stored as 1 + w, which transformers' reader takes back off), with a byte-level
-    word tokenizer of its vocabulary so transformers can read the file back."""
+    norms stored as 1 + w, which transformers' reader takes back off; Llama's Q and K rows
+    permuted), with a byte-level word tokenizer of its vocabulary so transformers can read the
+    file back. `matrices`: the type of every 2-D tensor ("F32", or a block type such as "Q8_0"
+    or "Q4_0", quantized by the gguf package as llama-quantize does); 1-D ones stay F32."""
     import gguf
 
     cfg = model.config
@@ -84,7 +94,14 @@ def write_model_gguf(model, path: Path) -> Path:
         data = t.detach().float().numpy()
         if family == "gemma3" and hf_name.endswith("norm.weight"):
             data = data + 1.0
-        w.add_tensor(gguf_name, data)
+        if family == "llama" and gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
+            data = llama_cpp_permute(data, cfg.num_attention_heads if "attn_q" in gguf_name
+                                     else cfg.num_key_value_heads)
+        qtype = getattr(gguf.GGMLQuantizationType, matrices)
+        if data.ndim == 2 and matrices != "F32":
+            w.add_tensor(gguf_name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gguf_name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
