@@ -152,7 +152,8 @@ def missing_xcb_libraries(plugin: Path | None = None) -> list[str] | None:
     if ldd is None:
         return _by_find_library()
     try:
-        res = subprocess.run([ldd, str(plugin)], capture_output=True, text=True, timeout=20)
+        res = subprocess.run([ldd, str(plugin)], check=False, capture_output=True,
+                             text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return _by_find_library()
     return parse_ldd(res.stdout + res.stderr)
@@ -170,8 +171,8 @@ def uses_xcb(env=os.environ) -> bool:
 def missing_message(missing: list[str], distro: Distro, prefix: str = "") -> str:
     """What `gui` prints: what is missing, the install line, and the ways on without it."""
     cmd = install_command(missing, distro)
-    lines = [f"{prefix}Qt's xcb platform plugin cannot load: the system lacks "
-             f"{', '.join(missing)}."]
+    lacks = ", ".join(missing)
+    lines = [f"{prefix}Qt's xcb platform plugin cannot load: the system lacks {lacks}."]
     if cmd:
         lines.append(f"  Install them ({distro.name}):  {cmd}")
     else:
