@@ -51,6 +51,9 @@ class ChatPage(Page):
         super().__init__(ctx, parent)
         self.session = ChatSession()  # the Qt-free model: the conversation, its store, requests
         self.live: dict[str, _Live] = {}
+        # a message sent while the first model loads waits here (already in the transcript)
+        # and goes out when a model is ready
+        self.held = False
         self.models: list = []  # the console's own (ModelInfo)
         self.choices: list = []  # what the model boxes offer (ModelChoice), servers' too
         root = QHBoxLayout(self)
@@ -120,6 +123,19 @@ class ChatPage(Page):
         self.ctx_label.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
         grow.addWidget(self.ctx_label)
         cl.addLayout(grow)
+        # a model loading: its stage and percent, and that a message sent now waits for it
+        self.load_row = QWidget()
+        lrow = QHBoxLayout(self.load_row)
+        lrow.setContentsMargins(0, 0, 0, 0)
+        self.load_label = muted("")
+        lrow.addWidget(self.load_label)
+        self.load_bar = QProgressBar()
+        self.load_bar.setRange(0, 100)
+        self.load_bar.setFixedHeight(10)
+        self.load_bar.setTextVisible(False)
+        lrow.addWidget(self.load_bar, 1)
+        self.load_row.setVisible(False)
+        cl.addWidget(self.load_row)
         self.input = ChatInput()
         self.input.setPlaceholderText("Message (Ctrl+Enter to send, Esc to stop)")
         self.input.setFixedHeight(84)
@@ -173,6 +189,8 @@ class ChatPage(Page):
         bridge.tokens.connect(self.on_tokens)
         bridge.finished.connect(self.on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
+        ctx.loads.subscribe("changed", lambda _loads: (self._show_load(), self._update_buttons()))
+        ctx.loads.subscribe("ended", self._load_ended)
         ctx.remote.changed.connect(self._servers_changed)  # a server's models are offered too
         self.model_a.currentTextChanged.connect(lambda _name: self._update_context())
         self.model_a.currentIndexChanged.connect(lambda _i: self._show_source())
@@ -203,6 +221,9 @@ class ChatPage(Page):
             "No model loaded yet: load one on the Models page.")
         self._update_context()
         self._update_buttons()
+        if self.held and self.choices:
+            self.held = False
+            self._generate()
 
     @property
     def conv(self):
@@ -245,19 +266,48 @@ class ChatPage(Page):
     # ------------------------------------------------------------------ sending
 
     def busy(self) -> bool:
-        return bool(self.live)
+        """A reply streams, or a message waits for a model to load."""
+        return bool(self.live) or self.held
 
     def send(self, text: str | None = None) -> list[str]:
-        """Send the input box (or `text`) to every pane; returns the request ids."""
+        """Send the input box (or `text`) to every pane; returns the request ids. With no model
+        yet but one loading, the message is held and sent when it is ready; with none at all
+        it stays in the box."""
         if self.busy():
             return []
         text = (self.input.toPlainText() if text is None else text).strip()
         if not text:
             return []
+        if not self.choices and not self.ctx.loads.loading:
+            self.error_label.setText("No model loaded: load one on the Models page.")
+            return []
         self.input.clear()
         for i, msg in enumerate(self.session.add_user_turn(text)):
             self.transcripts[i].add(msg)
+        if not self.choices:
+            self.held = True
+            self.error_label.setText("")
+            self._show_load()
+            self._update_buttons()
+            self.save()
+            return []
         return self._generate()
+
+    def _show_load(self) -> None:
+        """The load in flight (stage, percent) above the input; hidden when none."""
+        load = self.ctx.loads.current()
+        self.load_row.setVisible(load is not None)
+        if load is None:
+            return
+        held = " · your message is sent when it is ready" if self.held else ""
+        self.load_label.setText(load.text() + held)
+        self.load_bar.setValue(load.percent)
+
+    def _load_ended(self, ended) -> None:
+        if not ended.error or not self.held or self.ctx.loads.loading or self.choices:
+            return
+        self.error_label.setText(f"{ended.name} did not load ({ended.error}); your message "
+                                 "waits for a model: load one on the Models page.")
 
     def _generate(self) -> list[str]:
         from npu_console.engine.runtime.types import EngineError
@@ -335,6 +385,9 @@ class ChatPage(Page):
         self.save()
 
     def stop(self) -> None:
+        """Stop the replies streaming; a held message is not sent (Regenerate sends it)."""
+        self.held = False
+        self._update_buttons()
         for rid in list(self.live):
             self.ctx.bridge.cancel(rid)
 
@@ -365,6 +418,7 @@ class ChatPage(Page):
         if self.busy():
             self.stop()
         self.live.clear()
+        self.held = False
         self.session.new(self.model_b.currentText() or None, ab=self.ab_check.isChecked())
         for t in self.transcripts:
             t.clear()
@@ -445,7 +499,7 @@ class ChatPage(Page):
     def _update_buttons(self) -> None:
         busy = self.busy()
         has_model = bool(self.choices)
-        self.send_btn.setEnabled(not busy and has_model)
+        self.send_btn.setEnabled(not busy and (has_model or self.ctx.loads.loading))
         self.stop_btn.setEnabled(busy)
         self.regen_btn.setEnabled(not busy and has_model and not self.conv.empty)
 

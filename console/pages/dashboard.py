@@ -139,6 +139,7 @@ class DashboardPage(Page):
         bridge.alert.connect(self.on_alert)
         bridge.stats.connect(self.engine_panel.add_stats)
         bridge.metrics.connect(self.engine_panel.add_metrics)
+        ctx.loads.subscribe("changed", lambda _loads: self.engine_panel.set_load(ctx.loads.current()))
         ctx.telemetry.source_changed.connect(self.on_source)
         self.window_box.currentIndexChanged.connect(self.on_window)
         self.metric_box.currentIndexChanged.connect(lambda _i: self._rebuild_history())
