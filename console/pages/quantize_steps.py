@@ -293,12 +293,16 @@ class CalibStep(QWidget):
         frow.addWidget(self.calib_path, 1)
         frow.addWidget(self.calib_browse)
         lay.addLayout(frow)
-        form = QFormLayout()
+        # how much of a file is cut into samples; the model's own text has a fixed size
+        self.file_sizes = QWidget()
+        form = QFormLayout(self.file_sizes)
+        form.setContentsMargins(0, 0, 0, 0)
         self.samples = spin(1, 4096, 64)
         self.seq_len = spin(8, 8192, 256)
         form.addRow("Samples", self.samples)
         form.addRow("Tokens per sample", self.seq_len)
-        lay.addLayout(form)
+        self.file_sizes.setVisible(False)
+        lay.addWidget(self.file_sizes)
         self.calib_info = QLabel("")
         self.calib_info.setWordWrap(True)
         lay.addWidget(self.calib_info)
@@ -309,6 +313,7 @@ class CalibStep(QWidget):
             sig.connect(self.changed)
         self.calib_path.textChanged.connect(
             lambda t: t and self.calib_file_radio.setChecked(True))
+        self.calib_file_radio.toggled.connect(self.file_sizes.setVisible)
 
     def file(self) -> str | None:
         """The chosen file; None for the model's own text. ValueError when a file is chosen
