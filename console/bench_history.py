@@ -1,10 +1,10 @@
-"""The Benchmark page's model, free of Qt: the results history (console/pages/bench_store.py's
+"""The Benchmark page's model, free of Qt: the results history (console/bench_store.py's
 JSON file), the record on show, and what the page displays of a record (table rows, series and
 summary text). The page binds to this and draws."""
 
 from __future__ import annotations
 
-from npu_console.console.pages.bench_store import (
+from npu_console.console.bench_store import (
     BenchRecord,
     BenchStore,
     offline_record,

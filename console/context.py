@@ -11,6 +11,7 @@ from npu_console.console.api_key_store import ApiKeyStore
 from npu_console.console.bridge import EngineBridge
 from npu_console.console.engine_host import EngineHost
 from npu_console.console.fleet_control import FleetControl
+from npu_console.console.loads import LoadTracker, connect_host
 from npu_console.console.remote_host import RemoteHost
 from npu_console.console.server_service import ServerService
 from npu_console.console.telemetry_control import TelemetryControl
@@ -27,6 +28,9 @@ class ConsoleContext(QObject):
         self.settings = settings
         self.bridge = EngineBridge(self)
         self.engine_host = EngineHost(self.bridge, self)
+        # the model loads in flight, with stage and percent (the chat page and dashboard show it)
+        self.loads = LoadTracker()
+        connect_host(self.loads, self.engine_host)
         self.telemetry = TelemetryControl(self.bridge, engine_stats=self._engine_stats, parent=self)
         # the API server, its key (the keyring or a 0600 file, never the INI) and queue limit
         self.server = ServerService(lambda: self.bridge.engine, ApiKeyStore(settings),

@@ -162,6 +162,9 @@ class MainWindow(QMainWindow):
 
     def _show_local(self, stats) -> None:
         state = stats.state if not stats.loading else f"loading {stats.loading}"
+        load = self.ctx.loads.current()
+        if stats.loading and load is not None:  # this console's load: its stage's percent
+            state = f"loading {load.name} · {load.percent} %"
         self.engine_label.setText(f"engine: {state}")
         self.queue_label.setText(f"running {stats.running} · queue {stats.waiting}")
 

@@ -164,6 +164,7 @@ class QuantRun:
     int8_head: bool = False  # what the run did with lm_head + embedding (not what was asked)
     head_reason: str = ""
     head_cost: dict | None = None  # engine.quant.head.HeadCost.to_dict(): the int8 head alone
+    server: str = ""  # the base URL of the server it ran on ("" for this machine)
 
     @property
     def ppl_delta_pct(self) -> float:

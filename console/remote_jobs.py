@@ -128,7 +128,7 @@ def remote_quantize(url: str, api_key: str | None, plan: QuantPlan, name: str, e
     return dict(final.result or {})
 
 
-def run_from_result(plan: QuantPlan, result: dict[str, Any]) -> QuantRun | None:
+def run_from_result(plan: QuantPlan, result: dict[str, Any], server: str = "") -> QuantRun | None:
     """The result as the wizard's QuantRun (out_dir is the server's ROOT/REL path); None when
     the job measured nothing (evaluate was off)."""
     rows = result.get("comparison") or []
@@ -141,7 +141,8 @@ def run_from_result(plan: QuantPlan, result: dict[str, Any]) -> QuantRun | None:
             k: v for k, v in defaults.items() if row.get(k) is None}}))
 
     cost = result.get("int8_head_cost")
-    return QuantRun(key=f"remote:{result.get('path', '')}", plan=asdict(plan), created=_now(),
+    return QuantRun(key=f"remote:{server}:{result.get('path', '')}", plan=asdict(plan),
+                    created=_now(), server=server,
                     out_dir=str(result.get("path", "")), fmt=str(result.get("format", "native")),
                     seconds=float(result.get("seconds") or 0.0),
                     quantized_layers=len(result.get("quantized") or ()),

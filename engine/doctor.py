@@ -315,6 +315,24 @@ def check_display() -> Check:
                  "run `xvfb-run npu-console gui`, use ssh -X, or `npu-console serve` for the headless API")
 
 
+def check_xcb_libraries(os_release: str = "/etc/os-release") -> Check:
+    """The system libraries Qt's xcb plugin needs (a missing one aborts `gui` on an X
+    display), with the distribution's install line."""
+    from npu_console.engine.cli import gui_libs
+
+    missing = gui_libs.missing_xcb_libraries()
+    if missing is None:
+        return Check("qt xcb libs", "info", "no PySide6 here: nothing to check")
+    if not missing:
+        return Check("qt xcb libs", "ok", "every library Qt's xcb plugin needs is installed")
+    distro = gui_libs.detect_distro(gui_libs.read_os_release(os_release))
+    fix = gui_libs.install_command(missing, distro) or (
+        "install the packages that provide them with the system's package manager")
+    return Check("qt xcb libs", "warn",
+                 f"missing {', '.join(missing)}: `gui` on an X display cannot start (offscreen "
+                 "screenshots and `serve` work)", fix)
+
+
 def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check]:
     from npu_console.engine.paths import state_dir
 
@@ -334,6 +352,7 @@ def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check
         checks.append(check_model(model))
         checks.append(check_memory_plan(model))
     checks.append(check_gui_extra())
+    checks.append(check_xcb_libraries())
     checks.append(check_display())
     return checks
 

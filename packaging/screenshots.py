@@ -56,6 +56,9 @@ def main(argv: list[str]) -> int:
     from screenshot_drawer import capture_drawer  # a chip's detail drawer, capture folder
 
     paths += capture_drawer(out, Path(os.environ["NPU_CONSOLE_HOME"]))
+    from screenshot_loading import capture_loading  # a message held while a model loads
+
+    paths += capture_loading(out, Path(os.environ["NPU_CONSOLE_HOME"]))
     from screenshot_fleet import capture_fleet  # two serve hosts beside this machine
 
     paths += capture_fleet(out, Path(os.environ["NPU_CONSOLE_HOME"]))

@@ -189,3 +189,84 @@ def test_no_page_starts_a_thread():
     for p in sorted((ROOT / "console" / "pages").glob("*.py")):
         hits += _starts_threads(p)
     assert not hits, hits
+
+
+# The console's Qt-free models (napari's split): they own state and announce changes; pages
+# render them. None imports Qt, a page or a widget.
+CONSOLE_MODELS = ("api_key_store", "bench_history", "bench_store", "chat_session", "chat_store",
+                  "engines", "events", "loads", "presets", "quant_runs", "remote_jobs",
+                  "server_service", "servers", "threads")
+_QT = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module name an import statement in `path` names (third-party ones too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_the_console_models_import_no_qt_no_page_and_no_widget():
+    bad = {}
+    for name in CONSOLE_MODELS:
+        path = ROOT / "console" / f"{name}.py"
+        assert path.is_file(), f"{name} is listed as a model but is gone"
+        hits = sorted(m for m in _all_imports(path)
+                      if m.split(".")[0] in _QT or m.startswith(("npu_console.console.pages",
+                                                                 "npu_console.console.widgets")))
+        if hits:
+            bad[name] = hits
+    assert not bad, bad
+
+
+# functions in console/ longer than 60 lines: constructors still to split into named builders
+# (as ChatPage and ServerPage were: console/pages/chat_layout.py, server_layout.py). The list
+# only shrinks; a function on it may not grow.
+MAX_FUNCTION_LINES = 60
+LONG_FUNCTIONS = {
+    "console/pages/benchmark.py:__init__": 93, "console/pages/dashboard.py:__init__": 110,
+    "console/pages/demo.py:__init__": 98, "console/pages/models.py:__init__": 145,
+    "console/pages/quantize.py:__init__": 78,
+    "console/pages/quantize_results.py:_build_run_card": 65,
+    "console/pages/quantize_steps.py:__init__": 75, "console/widgets/chip_drawer.py:__init__": 101,
+}
+
+
+def _function_lengths(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            key = f"{path.relative_to(ROOT).as_posix()}:{node.name}"
+            out[key] = max(out.get(key, 0), node.end_lineno - node.lineno + 1)
+    return out
+
+
+def test_no_console_function_over_60_lines_but_the_listed_ones():
+    lengths: dict[str, int] = {}
+    for p in sorted((ROOT / "console").rglob("*.py")):
+        lengths.update(_function_lengths(p))
+    too_long = {k: n for k, n in lengths.items() if n > MAX_FUNCTION_LINES
+                and n > LONG_FUNCTIONS.get(k, MAX_FUNCTION_LINES)}
+    assert not too_long, f"split these into named builders (at most {MAX_FUNCTION_LINES}): " \
+                         f"{too_long}"
+    fixed = [k for k in LONG_FUNCTIONS if lengths.get(k, 0) <= MAX_FUNCTION_LINES]
+    assert not fixed, f"now short: take them off LONG_FUNCTIONS: {fixed}"
+
+
+# pages over 300 lines, to split; the list only shrinks and none may grow
+MAX_PAGE_LINES = 300
+LONG_PAGES = {"benchmark.py": 445, "chat.py": 379, "dashboard.py": 345, "demo.py": 330,
+              "models.py": 401, "quantize.py": 444, "quantize_steps.py": 424, "server.py": 331}
+
+
+def test_no_page_over_300_lines_but_the_listed_ones():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
+             for p in (ROOT / "console" / "pages").glob("*.py")}
+    grown = {n: s for n, s in sizes.items() if s > max(MAX_PAGE_LINES, LONG_PAGES.get(n, 0))}
+    assert not grown, f"split these pages (at most {MAX_PAGE_LINES} lines): {grown}"
+    fixed = [n for n in LONG_PAGES if sizes.get(n, 0) <= MAX_PAGE_LINES]
+    assert not fixed, f"now short: take them off LONG_PAGES: {fixed}"

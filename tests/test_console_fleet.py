@@ -168,3 +168,50 @@ def test_fleet_view_shows_both_hosts_drills_in_and_survives_a_lost_server(window
     assert len(page.cards) == 8 and page.source.text().startswith("chips: this machine")
     qtbot.wait(1500)  # no late snapshot of the removed host brings it back
     assert b.url not in strip.cards and list(fleet.hosts) == [a.url]
+
+
+def test_a_server_without_accelerators_shows_its_own_cpu_and_its_latency(window, qtbot):
+    """A CPU-only server's card is that server's (its host, its process), not this machine's
+    wording; its engine panel shows TTFT / ITL read from the server's /metrics histograms."""
+    import httpx
+    from npu_console.engine.remote.fleet import ServerRef
+
+    key = "gui-fleet-cpu"
+    c = ServeProcess("--api-key", key, "--telemetry-source", "host",
+                     "--telemetry-interval", "1").start()
+    try:
+        c.wait_ready()
+        fleet = window.ctx.fleet
+        page = window.page("dashboard")
+        fleet.add_server(ServerRef(c.url, key))
+        qtbot.waitUntil(lambda: (s := fleet.snapshot(c.url)) is not None and s.state == "up"
+                        and s.telemetry is not None, timeout=30_000)
+        qtbot.waitUntil(lambda: c.url in page.fleet.strip.cards, timeout=5_000)
+        _click(qtbot, page.fleet.strip.cards[c.url])
+        qtbot.waitUntil(lambda: list(page.cards) == ["cpu"], timeout=10_000)
+        card = page.cards["cpu"]
+        host = c.url.removeprefix("http://")
+        assert card.title.text() == f"Host CPU · {host}"
+        assert card.subtitle.text().endswith("no accelerator on the server")
+        assert card.procs.text().startswith(f"the server: pid {c.proc.pid},")
+        assert "this console" not in card.procs.text()
+        # requests served there: their latency, from its histograms, on its engine panel
+        panel = page.fleet.remote_panel
+        assert panel.values["ttft"].text() == "–"
+        with httpx.Client(base_url=c.url, headers={"Authorization": f"Bearer {key}"},
+                          timeout=60) as client:
+            for _ in range(4):
+                r = client.post("/v1/completions", json={"model": "demo", "prompt": "Once",
+                                                         "max_tokens": 16})
+                assert r.status_code == 200, r.text
+
+        def shown() -> bool:
+            page.redraw()
+            return panel.values["ttft"].text() != "–" and panel.values["itl"].text() != "–"
+
+        qtbot.waitUntil(shown, timeout=30_000)
+        for name in ("ttft", "itl"):
+            p50, p99 = panel.values[name].text().removesuffix(" ms").split("/")
+            assert 0 <= float(p50) <= float(p99)
+    finally:
+        c.stop()

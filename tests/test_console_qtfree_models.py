@@ -13,9 +13,9 @@ from npu_console.console.bench_history import (
     serving_rows,
     serving_summary,
 )
+from npu_console.console.bench_store import BenchRecord, BenchStore
 from npu_console.console.chat_session import ChatSession, reply_stats
 from npu_console.console.chat_store import ChatStore
-from npu_console.console.pages.bench_store import BenchRecord, BenchStore
 from npu_console.console.server_service import AdvancedOptions, ServerService
 
 

@@ -262,8 +262,21 @@ def test_wizard_quantization_on_the_server_writes_an_output_it_lists(window, ser
     assert ppl and float(ppl) > 0
     assert rs.verdict.text().startswith("Perplexity")
     assert not rs.save_btn.isEnabled() and rs.load_btn.isEnabled()
+    # "Earlier runs" lists it, with the server it ran on, and keeps it across restarts
+    host = host_label(url)
+    row = next(r for r in range(rs.history.rowCount())
+               if rs.history.item(r, 1).text().startswith(f"demo @ {host} · "))
+    assert rs.history.item(row, 1).toolTip() == f"{out} on {host}"
+    stored = page.store.load()[row]
+    assert stored.server == url and stored.out_dir == out and stored.ppl_delta_pct == \
+        page.run.ppl_delta_pct
     page.remote.select(None)
     assert not page.model_step.folder_btn.isHidden()
+    # picked from the list on this machine: its numbers, and where its checkpoint is
+    rs.history.cellClicked.emit(row, 0)
+    assert page.run.server == url and rs.table.item(4, 1).text() == ppl
+    assert rs.save_status.text().startswith(f"Made on {host}: {out}")
+    assert not rs.save_btn.isEnabled() and not rs.load_btn.isEnabled()
 
 
 def test_a_read_that_fails_after_the_page_went_back_to_this_machine_is_ignored(window, servers,

@@ -155,3 +155,32 @@ def test_shipped_code_never_reaches_into_shared():
                      if isinstance(n, ast.Constant) and isinstance(n.value, str)
                      and id(n) not in docs and (n.value == "shared" or "../shared" in n.value)]
     assert not hits, hits
+
+
+# What pages and widgets may take from the engine: its contract's types and a few pure helpers
+# (a list that only shrinks as the Qt-free models take these over). Never the runtime, the
+# kernels, the quantizer's workflow, torch.
+VIEW_ENGINE_IMPORTS = {
+    "npu_console.engine.runtime.types", "npu_console.engine.models",
+    "npu_console.engine.quant.head", "npu_console.engine.api.ports",
+    "npu_console.engine.remote.fleet", "npu_console.engine.remote.probe",
+    "npu_console.engine.telemetry.npu_health", "npu_console.engine.ring",
+}
+
+
+def test_pages_and_widgets_import_no_engine_internals():
+    root = Path(__file__).resolve().parent.parent / "console"
+    bad = []
+    for folder in ("pages", "widgets"):
+        for path in sorted((root / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                for n in names:
+                    engine = n.startswith("npu_console.engine") and n not in VIEW_ENGINE_IMPORTS
+                    if engine or n.split(".")[0] in ("torch", "torch_npu", "transformers"):
+                        bad.append(f"{folder}/{path.name}: {n}")
+    assert not bad, bad

@@ -91,7 +91,7 @@ def test_presets_survive_any_file(tmp_path):
 
 def test_the_bench_history_survives_any_file(tmp_path):
     from npu_console.console.bench_history import BenchHistory
-    from npu_console.console.pages.bench_store import BenchRecord, BenchStore
+    from npu_console.console.bench_store import BenchRecord, BenchStore
 
     path = tmp_path / "bench_runs.json"
     store = BenchStore(path)

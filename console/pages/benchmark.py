@@ -24,13 +24,13 @@ from npu_console.console.bench_history import (
     serving_summary,
     serving_work,
 )
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.pages.base import Page
-from npu_console.console.pages.bench_store import (
+from npu_console.console.bench_store import (
     BenchRecord,
     export_csv,
     export_json,
 )
+from npu_console.console.jobs import BackgroundJob
+from npu_console.console.pages.base import Page
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.bars import BarChart, radio_style
 from npu_console.console.widgets.basic import card, card_title, muted, page_title, spin

@@ -9,26 +9,13 @@ from dataclasses import dataclass
 from npu_console.console.chat_session import ChatSession, reply_stats
 from npu_console.console.chat_store import Message, export
 from npu_console.console.engines import LOCAL, ModelChoice
+from npu_console.console.pages import chat_layout
 from npu_console.console.pages.base import Page
-from npu_console.console.widgets.basic import card, muted, page_title
-from npu_console.console.widgets.chat_view import ChatInput, Transcript
-from npu_console.console.widgets.sampling_panel import SamplingPanel
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
     QFileDialog,
-    QHBoxLayout,
-    QLabel,
-    QListWidget,
     QListWidgetItem,
-    QProgressBar,
-    QPushButton,
-    QScrollArea,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
 )
 
 log = logging.getLogger(__name__)
@@ -51,128 +38,19 @@ class ChatPage(Page):
         super().__init__(ctx, parent)
         self.session = ChatSession()  # the Qt-free model: the conversation, its store, requests
         self.live: dict[str, _Live] = {}
+        # a message sent while the first model loads waits here (already in the transcript)
+        # and goes out when a model is ready
+        self.held = False
         self.models: list = []  # the console's own (ModelInfo)
         self.choices: list = []  # what the model boxes offer (ModelChoice), servers' too
-        root = QHBoxLayout(self)
-        root.setContentsMargins(16, 12, 16, 12)
-        split = QSplitter(Qt.Horizontal)
-        split.setChildrenCollapsible(False)
-        root.addWidget(split)
-
-        # conversations
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 8, 0)
-        ll.addWidget(page_title("Chat"))
-        self.new_btn = QPushButton("New chat")
-        self.new_btn.setToolTip("Ctrl+L")
-        ll.addWidget(self.new_btn)
-        self.conv_list = QListWidget()
-        ll.addWidget(self.conv_list, 1)
-        erow = QHBoxLayout()
-        self.export_md = QPushButton("Markdown")
-        self.export_md.setToolTip("Export this conversation as Markdown")
-        self.export_json = QPushButton("JSON")
-        self.export_json.setToolTip("Export this conversation as JSON")
-        erow.addWidget(muted("Export"))
-        erow.addWidget(self.export_md)
-        erow.addWidget(self.export_json)
-        ll.addLayout(erow)
-        left.setMinimumWidth(236)
-        split.addWidget(left)
-
-        # transcript(s) + input
-        center = QWidget()
-        cl = QVBoxLayout(center)
-        cl.setContentsMargins(8, 0, 8, 0)
-        mrow = QHBoxLayout()
-        mrow.addWidget(muted("Model"))
-        self.model_a = QComboBox()
-        self.model_a.setMinimumWidth(160)
-        mrow.addWidget(self.model_a)
-        self.ab_check = QCheckBox("A/B compare with")
-        self.ab_check.setToolTip("Send every prompt to two loaded variants side by side")
-        mrow.addWidget(self.ab_check)
-        self.model_b = QComboBox()
-        self.model_b.setMinimumWidth(160)
-        for box in (self.model_a, self.model_b):  # "smollm2 @ 10.0.0.5:8000" shown whole
-            box.setSizeAdjustPolicy(QComboBox.AdjustToContents)
-        self.model_b.setEnabled(False)
-        mrow.addWidget(self.model_b)
-        mrow.addStretch(1)
-        cl.addLayout(mrow)
-        self.panes_split = QSplitter(Qt.Horizontal)
-        self.transcripts = [Transcript("No model loaded yet: load one on the Models page."),
-                            Transcript("B side of the comparison.")]
-        for i, t in enumerate(self.transcripts):
-            self.panes_split.addWidget(t)
-            t.edit_requested.connect(lambda idx, pane=i: self.edit_message(pane, idx))
-        self.transcripts[1].setVisible(False)
-        cl.addWidget(self.panes_split, 1)
-        grow = QHBoxLayout()
-        grow.addWidget(muted("Context"))
-        self.ctx_gauge = QProgressBar()
-        self.ctx_gauge.setFixedHeight(10)
-        self.ctx_gauge.setTextVisible(False)
-        grow.addWidget(self.ctx_gauge, 1)
-        self.ctx_label = muted("0 / – tokens")
-        self.ctx_label.setMinimumWidth(130)
-        self.ctx_label.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
-        grow.addWidget(self.ctx_label)
-        cl.addLayout(grow)
-        self.input = ChatInput()
-        self.input.setPlaceholderText("Message (Ctrl+Enter to send, Esc to stop)")
-        self.input.setFixedHeight(84)
-        cl.addWidget(self.input)
-        brow = QHBoxLayout()
-        self.error_label = QLabel("")
-        self.error_label.setWordWrap(True)
-        self.error_label.setStyleSheet("color: palette(highlight);")
-        brow.addWidget(self.error_label, 1)
-        self.regen_btn = QPushButton("Regenerate")
-        self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setProperty("danger", True)
-        self.send_btn = QPushButton("Send")
-        self.send_btn.setProperty("primary", True)
-        for b in (self.regen_btn, self.stop_btn, self.send_btn):
-            brow.addWidget(b)
-        cl.addLayout(brow)
-        split.addWidget(center)
-
-        # settings
-        right = card()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(10, 8, 10, 8)
-        self.sampling = SamplingPanel()
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.sampling)
-        rl.addWidget(scroll)
-        right.setMinimumWidth(270)
-        split.addWidget(right)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 4)
-        split.setStretchFactor(2, 1)
-
-        self.send_btn.clicked.connect(lambda: self.send())
-        self.input.submit.connect(lambda: self.send())
-        self.stop_btn.clicked.connect(lambda: self.stop())
-        self.regen_btn.clicked.connect(lambda: self.regenerate())
-        self.new_btn.clicked.connect(lambda: self.new_chat())
-        self.ab_check.toggled.connect(self.set_ab)
-        self.conv_list.itemClicked.connect(lambda it: self.open_conversation(it.data(Qt.UserRole)))
-        self.export_md.clicked.connect(lambda: self.choose_export(".md"))
-        self.export_json.clicked.connect(lambda: self.choose_export(".json"))
-        for seq, fn in (("Ctrl+Return", lambda: self.send()), ("Ctrl+Enter", lambda: self.send()),
-                        ("Escape", self.stop), ("Ctrl+L", self.new_chat)):
-            sc = QShortcut(QKeySequence(seq), self)
-            sc.setContext(Qt.WidgetWithChildrenShortcut)
-            sc.activated.connect(fn)
+        chat_layout.build(self)
         bridge = ctx.bridge
         bridge.reasoning.connect(self.on_reasoning)
         bridge.tokens.connect(self.on_tokens)
         bridge.finished.connect(self.on_finished)
         ctx.engine_host.models_changed.connect(self.set_models)
+        ctx.loads.subscribe("changed", lambda _loads: (self._show_load(), self._update_buttons()))
+        ctx.loads.subscribe("ended", self._load_ended)
         ctx.remote.changed.connect(self._servers_changed)  # a server's models are offered too
         self.model_a.currentTextChanged.connect(lambda _name: self._update_context())
         self.model_a.currentIndexChanged.connect(lambda _i: self._show_source())
@@ -203,6 +81,9 @@ class ChatPage(Page):
             "No model loaded yet: load one on the Models page.")
         self._update_context()
         self._update_buttons()
+        if self.held and self.choices:
+            self.held = False
+            self._generate()
 
     @property
     def conv(self):
@@ -245,19 +126,48 @@ class ChatPage(Page):
     # ------------------------------------------------------------------ sending
 
     def busy(self) -> bool:
-        return bool(self.live)
+        """A reply streams, or a message waits for a model to load."""
+        return bool(self.live) or self.held
 
     def send(self, text: str | None = None) -> list[str]:
-        """Send the input box (or `text`) to every pane; returns the request ids."""
+        """Send the input box (or `text`) to every pane; returns the request ids. With no model
+        yet but one loading, the message is held and sent when it is ready; with none at all
+        it stays in the box."""
         if self.busy():
             return []
         text = (self.input.toPlainText() if text is None else text).strip()
         if not text:
             return []
+        if not self.choices and not self.ctx.loads.loading:
+            self.error_label.setText("No model loaded: load one on the Models page.")
+            return []
         self.input.clear()
         for i, msg in enumerate(self.session.add_user_turn(text)):
             self.transcripts[i].add(msg)
+        if not self.choices:
+            self.held = True
+            self.error_label.setText("")
+            self._show_load()
+            self._update_buttons()
+            self.save()
+            return []
         return self._generate()
+
+    def _show_load(self) -> None:
+        """The load in flight (stage, percent) above the input; hidden when none."""
+        load = self.ctx.loads.current()
+        self.load_row.setVisible(load is not None)
+        if load is None:
+            return
+        held = " · your message is sent when it is ready" if self.held else ""
+        self.load_label.setText(load.text() + held)
+        self.load_bar.setValue(load.percent)
+
+    def _load_ended(self, ended) -> None:
+        if not ended.error or not self.held or self.ctx.loads.loading or self.choices:
+            return
+        self.error_label.setText(f"{ended.name} did not load ({ended.error}); your message "
+                                 "waits for a model: load one on the Models page.")
 
     def _generate(self) -> list[str]:
         from npu_console.engine.runtime.types import EngineError
@@ -335,6 +245,9 @@ class ChatPage(Page):
         self.save()
 
     def stop(self) -> None:
+        """Stop the replies streaming; a held message is not sent (Regenerate sends it)."""
+        self.held = False
+        self._update_buttons()
         for rid in list(self.live):
             self.ctx.bridge.cancel(rid)
 
@@ -365,6 +278,7 @@ class ChatPage(Page):
         if self.busy():
             self.stop()
         self.live.clear()
+        self.held = False
         self.session.new(self.model_b.currentText() or None, ab=self.ab_check.isChecked())
         for t in self.transcripts:
             t.clear()
@@ -445,7 +359,7 @@ class ChatPage(Page):
     def _update_buttons(self) -> None:
         busy = self.busy()
         has_model = bool(self.choices)
-        self.send_btn.setEnabled(not busy and has_model)
+        self.send_btn.setEnabled(not busy and (has_model or self.ctx.loads.loading))
         self.stop_btn.setEnabled(busy)
         self.regen_btn.setEnabled(not busy and has_model and not self.conv.empty)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from npu_console.console.engines import host_label
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.dashboard_fleet import FleetView
 from npu_console.console.widgets.basic import Banner, discard, muted, page_title
@@ -139,6 +140,7 @@ class DashboardPage(Page):
         bridge.alert.connect(self.on_alert)
         bridge.stats.connect(self.engine_panel.add_stats)
         bridge.metrics.connect(self.engine_panel.add_metrics)
+        ctx.loads.subscribe("changed", lambda _loads: self.engine_panel.set_load(ctx.loads.current()))
         ctx.telemetry.source_changed.connect(self.on_source)
         self.window_box.currentIndexChanged.connect(self.on_window)
         self.metric_box.currentIndexChanged.connect(lambda _i: self._rebuild_history())
@@ -192,7 +194,8 @@ class DashboardPage(Page):
             if dev.key == self.drawer.key:
                 self.drawer.show_device(dev)
         if not accel and snap.host is not None:
-            self.cards["cpu"].show_host(snap.host, snap.processes)
+            server = host_label(self.fleet.view) if self.fleet.view else ""
+            self.cards["cpu"].show_host(snap.host, snap.processes, server)
         if snap.error is not None and not accel:
             self.empty.setText(f"No device data: {snap.error.message}")
             self.empty.setVisible(True)

@@ -8,14 +8,17 @@ plots are read from the monitor's history of it, like this machine's are from th
 
 from __future__ import annotations
 
-from npu_console.console.widgets.engine_panel import EnginePanel
+from npu_console.console.widgets.engine_panel import EnginePanel, latency_text
 from npu_console.console.widgets.host_card import LOCAL, HostStrip
 from npu_console.engine.remote.fleet import host_of
 
 # the remote engine panel's series and the monitor's history keys they are drawn from
 _ENGINE_SERIES = (("engine:generation_tps", "tps", "output"), ("engine:prompt_tps", "tps", "prompt"),
                   ("engine:running", "queue", "running"), ("engine:waiting", "queue", "waiting"),
-                  ("engine:kv_pct", "kv", "kv"))
+                  ("engine:kv_pct", "kv", "kv"),
+                  # from the server's latency histograms, over the last 30 s (engine/remote/prom.py)
+                  ("engine:ttft_p50_ms", "ttft", "p50"), ("engine:ttft_p99_ms", "ttft", "p99"),
+                  ("engine:itl_p50_ms", "itl", "p50"), ("engine:itl_p99_ms", "itl", "p99"))
 
 
 class FleetView:
@@ -193,5 +196,11 @@ class FleetView:
         panel = self.remote_panel
         window = self.page.history.window_s
         panel.set_window(window)
+        latest = {}
         for key, plot, series in _ENGINE_SERIES:
-            getattr(panel, plot).rings[series].replace(*self.fleet.history(self.view, key, window))
+            t, v = self.fleet.history(self.view, key, window)
+            getattr(panel, plot).rings[series].replace(t, v)
+            latest[key] = float(v[-1]) if len(v) and v[-1] == v[-1] else None  # NaN: none
+        for name in ("ttft", "itl"):
+            panel.values[name].setText(latency_text(latest[f"engine:{name}_p50_ms"],
+                                                    latest[f"engine:{name}_p99_ms"]))

@@ -140,9 +140,11 @@ class RemoteQuant(QObject, PickerOwner):
         self.result = result
         p = self.page
         host = self.ctx.engines.label_for(self.target())
-        run = run_from_result(plan, result)
+        run = run_from_result(plan, result, server=self.target())
         if run is not None:
             p.show_run(run)
+            p.store.add(run)  # "Earlier runs" lists it, marked with the server
+            p.refresh_history()
         else:
             p.run = None
         rs = p.run_step

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from npu_console.console.engines import host_label
 from npu_console.console.pages.quantize_steps import card_title
 from npu_console.console.quant_runs import QuantPlan, QuantRun, recipe_rows, verdict
 from npu_console.console.widgets.basic import Badge, card, fmt_bytes, muted
@@ -190,6 +191,12 @@ class RunStep(QWidget):
         ok, text = verdict(run, budget_pct)
         self.verdict_badge.set("WITHIN BUDGET" if ok else "OVER BUDGET", "ok" if ok else "bad")
         self.verdict.setText(text)
+        if run.server:  # its checkpoint is on the server: loaded there, not saved from here
+            self.save_btn.setEnabled(False)
+            self.load_btn.setEnabled(False)
+            self.save_status.setText(f"Made on {host_label(run.server)}: {run.out_dir} (aim the "
+                                     "wizard or the Models page at that server to load it).")
+            return
         exists = Path(run.out_dir).is_dir()
         self.save_btn.setEnabled(exists)
         self.load_btn.setEnabled(exists)
@@ -206,12 +213,15 @@ class RunStep(QWidget):
         self.history.setRowCount(len(runs))
         for r, run in enumerate(runs):
             plan = QuantPlan(**{**run.plan, "skip": tuple(run.plan.get("skip", ()))})
-            cells = (run.created[5:16].replace("T", " "), f"{plan.model_name} · {plan.describe()}",
+            where = f" @ {host_label(run.server)}" if run.server else ""
+            cells = (run.created[5:16].replace("T", " "),
+                     f"{plan.model_name}{where} · {plan.describe()}",
                      f"{run.ppl_delta_pct:+.2f}%",
                      f"{run.quant.disk_bytes / max(run.float.disk_bytes, 1):.0%}")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(run.out_dir)
+                item.setToolTip(f"{run.out_dir} on {host_label(run.server)}" if run.server
+                                else run.out_dir)
                 self.history.setItem(r, c, item)
         self.history.resizeRowsToContents()
         self.history_empty.setVisible(not runs)

@@ -293,12 +293,14 @@ class CalibStep(QWidget):
         frow.addWidget(self.calib_path, 1)
         frow.addWidget(self.calib_browse)
         lay.addLayout(frow)
-        form = QFormLayout()
+        # how much of a file is cut into samples; the model's own text has a fixed size
+        self.file_sizes = QFormLayout()
         self.samples = spin(1, 4096, 64)
         self.seq_len = spin(8, 8192, 256)
-        form.addRow("Samples", self.samples)
-        form.addRow("Tokens per sample", self.seq_len)
-        lay.addLayout(form)
+        self.file_sizes.addRow("Samples", self.samples)
+        self.file_sizes.addRow("Tokens per sample", self.seq_len)
+        lay.addLayout(self.file_sizes)
+        self._show_file_sizes(False)
         self.calib_info = QLabel("")
         self.calib_info.setWordWrap(True)
         lay.addWidget(self.calib_info)
@@ -309,6 +311,11 @@ class CalibStep(QWidget):
             sig.connect(self.changed)
         self.calib_path.textChanged.connect(
             lambda t: t and self.calib_file_radio.setChecked(True))
+        self.calib_file_radio.toggled.connect(self._show_file_sizes)
+
+    def _show_file_sizes(self, on: bool) -> None:
+        for row in range(self.file_sizes.rowCount()):
+            self.file_sizes.setRowVisible(row, on)
 
     def file(self) -> str | None:
         """The chosen file; None for the model's own text. ValueError when a file is chosen

@@ -10,30 +10,18 @@ from __future__ import annotations
 import time
 
 from npu_console.console.engines import LOCAL
+from npu_console.console.pages import server_layout
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.server_snippets import snippets
 from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
 from npu_console.console.widgets.remote_server import RemoteServerView
-from npu_console.console.widgets.server_advanced import ServerAdvanced
 from npu_console.engine.api.ports import port_problem
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QCheckBox,
-    QComboBox,
-    QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QLineEdit,
-    QPlainTextEdit,
-    QPushButton,
-    QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
-    QTabWidget,
     QVBoxLayout,
 )
 
@@ -59,32 +47,7 @@ class ServerPage(Page):
         root = QVBoxLayout(self)
         root.setContentsMargins(16, 12, 16, 12)
         root.setSpacing(10)
-        head = QHBoxLayout()
-        head.addWidget(page_title("Server"))
-        head.addSpacing(12)
-        # this console's own server, or a connected one shown read-only
-        self.server_pick = QComboBox()
-        self.server_pick.addItem("This console", LOCAL)
-        self.server_pick.setMinimumWidth(160)
-        head.addWidget(self.server_pick)
-        head.addSpacing(12)
-        self.lamp = Lamp("off")
-        head.addWidget(self.lamp)
-        self.state_label = QLabel("Stopped")
-        head.addWidget(self.state_label)
-        head.addStretch(1)
-        self.url_label = QLabel("")
-        self.url_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.url_label.setStyleSheet(f"color: {current_theme().color('accent')}; "
-                                     "font-weight: 600;")
-        head.addWidget(self.url_label)
-        self.switch = QPushButton("Start server")
-        self.switch.setProperty("primary", True)
-        self.switch.setCheckable(True)
-        self.switch.setMinimumWidth(130)
-        self.switch.clicked.connect(self.toggle)
-        head.addWidget(self.switch)
-        root.addLayout(head)
+        root.addLayout(server_layout.header(self))
         self.message = QLabel("")
         self.message.setWordWrap(True)
         self.message.setObjectName("ServerMessage")
@@ -93,107 +56,13 @@ class ServerPage(Page):
 
         top = QHBoxLayout()
         top.setSpacing(10)
-        conf, cv = titled_card("Settings")
-        form = QFormLayout()
-        self.lan = QCheckBox("Listen on the local network (0.0.0.0)")
-        self.lan.setChecked(s.value("server/lan", False, type=bool))
-        self.lan_warning = QLabel("⚠ Anyone on your network can reach the engine: an API key "
-                                  "is required.")
-        self.lan_warning.setWordWrap(True)
-        self.lan_warning.setStyleSheet(f"color: {current_theme().color('warn')};")
-        form.addRow("Host", self.lan)
-        form.addRow("", self.lan_warning)
-        prow = QHBoxLayout()
-        self.port = QSpinBox()
-        self.port.setRange(1, 65535)
-        self.port.setValue(int(s.value("server/port", 8000)))
-        self.port_status = muted("")
-        prow.addWidget(self.port)
-        prow.addWidget(self.port_status, 1)
-        form.addRow("Port", prow)
-        krow = QHBoxLayout()
-        self.api_key = QLineEdit(self.service.api_key)  # the keyring or a 0600 file, never the INI
-        self.api_key.setEchoMode(QLineEdit.Password)
-        self.api_key.setPlaceholderText("none (loopback only)")
-        self.show_key = QCheckBox("Show")
-        self.show_key.toggled.connect(lambda on: self.api_key.setEchoMode(
-            QLineEdit.Normal if on else QLineEdit.Password))
-        self.show_key.toggled.connect(lambda _on: self.update_snippets())  # masked unless shown
-        self.gen_key = QPushButton("Generate")
-        self.gen_key.clicked.connect(self.generate_key)
-        self.copy_key = QPushButton("Copy")
-        self.copy_key.clicked.connect(lambda: self.copy(self.api_key.text()))
-        for w in (self.api_key, self.show_key, self.gen_key, self.copy_key):
-            krow.addWidget(w, 1 if w is self.api_key else 0)
-        form.addRow("API key", krow)
-        self.cors = QLineEdit(str(s.value("server/cors", "") or ""))
-        self.cors.setPlaceholderText("e.g. http://localhost:3000 (comma-separated, * for any)")
-        form.addRow("CORS origins", self.cors)
-        self.max_queue = QSpinBox()
-        self.max_queue.setRange(1, 100000)
-        self.max_queue.setValue(int(s.value("server/max_queue", 256)))
-        self.max_queue.setToolTip("Waiting requests beyond this get HTTP 429 (the engine's queue "
-                                  "limit, shared with Chat; applies at once, also while the "
-                                  "server runs)")
-        self.max_queue.valueChanged.connect(self.apply_queue_limit)
-        form.addRow("Max queue", self.max_queue)
-        self.autostart = QCheckBox("Start the server when the console starts")
-        self.autostart.setChecked(s.value("server/autostart", False, type=bool))
-        self.autostart.toggled.connect(lambda on: s.setValue("server/autostart", on))
-        form.addRow("", self.autostart)
-        cv.addLayout(form)
-        self.advanced = ServerAdvanced(s)  # serve's hardening options, folded away
-        cv.addWidget(self.advanced)
-        cv.addStretch(1)
+        conf = server_layout.settings_card(self, s)
         top.addWidget(conf, 1)
-
-        snip, sv = titled_card("Use it")
-        self.snippets = QTabWidget()
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.Monospace)
-        self.curl_text = QPlainTextEdit()
-        self.python_text = QPlainTextEdit()
-        for edit, name in ((self.curl_text, "curl"), (self.python_text, "Python (openai)")):
-            edit.setReadOnly(True)
-            edit.setFont(mono)
-            edit.setLineWrapMode(QPlainTextEdit.NoWrap)
-            self.snippets.addTab(edit, name)
-        sv.addWidget(self.snippets, 1)
-        self.copy_snippet = QPushButton("Copy snippet")
-        self.copy_snippet.setToolTip("Copies the snippet with the real API key")
-        self.copy_snippet.clicked.connect(lambda: self.copy(self.snippet_text(reveal=True)))
-        row = QHBoxLayout()
-        row.addStretch(1)
-        row.addWidget(self.copy_snippet)
-        sv.addLayout(row)
+        snip = server_layout.snippets_card(self)
         top.addWidget(snip, 1)
         root.addLayout(top)
 
-        logc = card()
-        lv = QVBoxLayout(logc)
-        lv.setContentsMargins(16, 12, 16, 12)
-        lrow = QHBoxLayout()
-        lrow.addWidget(card_title("Request log"))
-        lrow.addStretch(1)
-        self.log_count = muted("")
-        lrow.addWidget(self.log_count)
-        clear = QPushButton("Clear")
-        clear.clicked.connect(self.clear_log)
-        lrow.addWidget(clear)
-        lv.addLayout(lrow)
-        self.log_table = QTableWidget(0, 7)
-        self.log_table.setHorizontalHeaderLabels(["Time", "Route", "Status", "Model", "Tokens",
-                                                  "TTFT", "Duration"])
-        hh = self.log_table.horizontalHeader()
-        hh.setSectionResizeMode(QHeaderView.Stretch)
-        hh.setSectionResizeMode(1, QHeaderView.ResizeToContents)
-        hh.setMinimumSectionSize(90)
-        self.log_table.verticalHeader().setVisible(False)
-        self.log_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.log_table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        lv.addWidget(self.log_table, 1)
-        self.log_empty = muted("Requests to the API appear here as they finish.")
-        lv.addWidget(self.log_empty)
+        logc = server_layout.log_card(self)
         root.addWidget(logc, 1)
         self.remote_view = RemoteServerView()
         self.remote_view.hide()

@@ -103,9 +103,12 @@ class DeviceCard(SelectableCard):
         self.power.setText(fmt_num(dev.power_w, "{:.1f}", " W"))
         self.procs.setText(_procs_text(dev.processes))
 
-    def show_host(self, host, processes=()) -> None:
-        self.title.setText("Host CPU")
-        self.subtitle.setText(f"cpu · {host.cpu_count or '?'} cores · no accelerator found")
+    def show_host(self, host, processes=(), server: str = "") -> None:
+        """`server`: the host:port of the server whose CPU this is ("" for this machine): its
+        process is that server's, not this console's."""
+        self.title.setText(f"Host CPU · {server}" if server else "Host CPU")
+        where = "on the server" if server else "found"
+        self.subtitle.setText(f"cpu · {host.cpu_count or '?'} cores · no accelerator {where}")
         self.health.set("host", "info")
         self.util.name.setText("CPU")
         self.util.set(host.cpu_pct, fmt_num(host.cpu_pct, "{:.0f}", " %"))
@@ -115,8 +118,9 @@ class DeviceCard(SelectableCard):
         self.temp.setText(fmt_num(host.load_1m, "{:.2f}"))
         self.row_labels["Power"].setVisible(False)
         self.power.setVisible(False)
+        who = "the server" if server else "this console"
         self.procs.setText(
-            f"this console: pid {host.proc_pid}, {fmt_num(host.proc_cpu_pct, '{:.0f}', ' %')} CPU, "
+            f"{who}: pid {host.proc_pid}, {fmt_num(host.proc_cpu_pct, '{:.0f}', ' %')} CPU, "
             f"{fmt_mb(host.proc_rss_mb)}")
 
 

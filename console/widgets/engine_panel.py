@@ -24,6 +24,8 @@ class EnginePanel(QWidget):
         grid = QGridLayout(summary)
         grid.setContentsMargins(12, 8, 12, 8)
         self.values: dict[str, QLabel] = {}
+        self._load = None  # this console's load in flight (console.loads.LoadProgress)
+        self._state = "–"
         for i, (key, label) in enumerate((
                 ("state", "Engine"), ("tps", "Output tok/s"), ("running", "Running"),
                 ("waiting", "Waiting"), ("kv", "KV cache"), ("ttft", "TTFT p50/p99"),
@@ -36,6 +38,10 @@ class EnginePanel(QWidget):
             value.setObjectName("BigValue")
             self.values[key] = value
             box.addWidget(value)
+            if key == "state":  # what a load is doing ("converting GGUF tensors")
+                self.stage = muted("")
+                self.stage.setVisible(False)
+                box.addWidget(self.stage)
             grid.addLayout(box, r, c)
         lay.addWidget(summary)
         self.tps = LivePlot("Output throughput", "tok/s", CAPACITY)
@@ -72,11 +78,29 @@ class EnginePanel(QWidget):
         self.queue.rings["running"].append(t, stats.running)
         self.queue.rings["waiting"].append(t, stats.waiting)
         self.kv.rings["kv"].append(t, 100.0 * stats.kv_usage)
-        self.values["state"].setText(stats.state + (f" ({stats.loading})" if stats.loading else ""))
+        self._state = stats.state + (f" ({stats.loading})" if stats.loading else "")
+        self._show_state()
         self.values["tps"].setText(f"{stats.generation_tokens_per_s:.1f}")
         self.values["running"].setText(f"{stats.running}/{stats.max_running}")
         self.values["waiting"].setText(str(stats.waiting))
         self.values["kv"].setText(f"{100.0 * stats.kv_usage:.0f} %")
+
+    def set_load(self, load) -> None:
+        """This console's load in flight (a LoadProgress, None when none): the card shows its
+        percent and stage instead of the engine's bare "loading (name)"."""
+        self._load = load
+        self._show_state()
+
+    def _show_state(self) -> None:
+        load = self._load
+        if load is None:
+            self.values["state"].setText(self._state)
+            self.stage.setVisible(False)
+            return
+        self.values["state"].setText(f"loading {load.percent} %")
+        self.stage.setText(f"{load.name}: {load.stage}")
+        self.stage.setToolTip(load.text())
+        self.stage.setVisible(True)
 
     def add_metrics(self, sample, t: float | None = None) -> None:
         """sample: console.engine_host.MetricsSample (latency percentiles in seconds)."""
@@ -90,8 +114,8 @@ class EnginePanel(QWidget):
         self.itl.rings["p50"].append(t, ms(sample.itl_p50))
         self.itl.rings["p99"].append(t, ms(sample.itl_p99))
         self.queue.rings["batch"].append(t, sample.batch_size)
-        self.values["ttft"].setText(_pair(ms(sample.ttft_p50), ms(sample.ttft_p99)))
-        self.values["itl"].setText(_pair(ms(sample.itl_p50), ms(sample.itl_p99)))
+        self.values["ttft"].setText(latency_text(ms(sample.ttft_p50), ms(sample.ttft_p99)))
+        self.values["itl"].setText(latency_text(ms(sample.itl_p50), ms(sample.itl_p99)))
         self.values["batch"].setText("–" if sample.batch_size is None else f"{sample.batch_size:.0f}")
 
     def refresh(self) -> None:
@@ -99,7 +123,8 @@ class EnginePanel(QWidget):
             plot.refresh()
 
 
-def _pair(a, b) -> str:
+def latency_text(a, b) -> str:
+    """"12/40 ms" from p50 / p99 in ms (None: "–")."""
     if a is None:
         return "–"
     return f"{a:.0f}/{b:.0f} ms" if b is not None else f"{a:.0f} ms"

@@ -57,6 +57,21 @@ def has_display(env=os.environ) -> bool:
     return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
+def xcb_libraries_missing(env=os.environ) -> bool:
+    """Says (and returns True) when Qt would abort opening its xcb plugin for want of a system
+    library: found here first, with the distribution's install line."""
+    from npu_console.engine.cli import gui_libs
+
+    if not gui_libs.uses_xcb(env):
+        return False
+    missing = gui_libs.missing_xcb_libraries()
+    if not missing:
+        return False
+    distro = gui_libs.detect_distro(gui_libs.read_os_release())
+    print(gui_libs.missing_message(missing, distro, prefix="npu-console gui: "), file=sys.stderr)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from npu_console.engine.cli.main import CliError
 
@@ -66,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not has_display():
         print(NO_DISPLAY, file=sys.stderr)
+        return 2
+    if xcb_libraries_missing():
         return 2
     for f in args.replay:
         if not os.path.exists(f):

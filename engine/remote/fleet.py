@@ -39,7 +39,13 @@ from npu_console.engine.remote.fleet_types import (  # noqa: F401 - the fleet AP
     health_rank,
     host_of,
 )
-from npu_console.engine.remote.prom import MetricsSnapshot, figures, parse_metrics
+from npu_console.engine.remote.prom import (
+    LATENCY_KEYS,
+    LatencyWindow,
+    MetricsSnapshot,
+    figures,
+    parse_metrics,
+)
 from npu_console.engine.remote.urls import normalize_base_url
 from npu_console.engine.runtime.types import EngineStats
 from npu_console.engine.telemetry.alerts import AlertEvent
@@ -64,7 +70,7 @@ MAX_HISTORY_KEYS = MAX_DEVICES * 5 + 16  # history rings per host (5 device metr
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # one answer, read in pieces and dropped past this
 POLL_DEADLINE_S = 5.0  # one round of requests, whole; a trickling server turns unreachable
 ENGINE_KEYS = ("engine:generation_tps", "engine:prompt_tps", "engine:running",
-               "engine:waiting", "engine:kv_pct")
+               "engine:waiting", "engine:kv_pct") + LATENCY_KEYS  # latency in ms
 # npu-smi's health levels (engine/telemetry/npu_health.py); a status npu-smi does not document
 # ranks with a warning: it needs a look but is not known to be critical
 def backoff_s(failures: int, rand: Callable[[], float] = random.random, first_s: float = 1.0,
@@ -158,6 +164,7 @@ class _Worker:
         now = time.time()
         self.latest = HostSnapshot(ref.url, ref.name, "connecting", since=now)
         self._metrics: MetricsSnapshot | None = None
+        self._latency = LatencyWindow()
         self._models: tuple[str, ...] = ()
         self._models_at = 0.0
         self._remote_stamp: float | None = None
@@ -285,7 +292,7 @@ class _Worker:
             engine = _engine_stats(metrics, self._metrics, self._models)
             self._metrics = metrics
             answered = True
-            self._record_engine(engine)
+            self._record_engine(engine, self._latency.add(metrics))
         else:
             notes.append(f"metrics: HTTP {reply.status_code}")
         if not answered:
@@ -303,10 +310,11 @@ class _Worker:
             self._remote_stamp = snap.timestamp
             self.history.append(time.time(), history_values(snap))
 
-    def _record_engine(self, stats: EngineStats) -> None:
+    def _record_engine(self, stats: EngineStats, latency: dict[str, float | None]) -> None:
         values = (stats.generation_tokens_per_s, stats.prompt_tokens_per_s, stats.running,
                   stats.waiting, 100.0 * stats.kv_usage)
-        self.history.append(time.time(), dict(zip(ENGINE_KEYS, values, strict=True)))
+        self.history.append(time.time(), {**dict(zip(ENGINE_KEYS, values, strict=False)),
+                                          **latency})
 
 
 class FleetMonitor:

@@ -8,6 +8,8 @@ export `npu_console:`. Values are summed over label sets (one per model or engin
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,6 +29,12 @@ PREFIX_HITS = ("prefix_cache_hits_total",)
 PREFIX_QUERIES = ("prefix_cache_queries_total",)
 PROMPT_TPS = ("avg_prompt_throughput_toks_per_s",)
 GENERATION_TPS = ("avg_generation_throughput_toks_per_s",)
+# latency histograms (their _bucket samples): vLLM v1 calls the inter-token one
+# inter_token_latency_seconds, vLLM v0, MindIE and we time_per_output_token_seconds
+TTFT = ("time_to_first_token_seconds",)
+ITL = ("inter_token_latency_seconds", "time_per_output_token_seconds")
+
+Buckets = tuple[tuple[float, float], ...]  # (upper bound "le", cumulative count), ascending
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,14 @@ class MetricsSnapshot:
     prompt_tps: float | None  # gauges some servers export themselves
     generation_tps: float | None
     flavour: str  # "npu_console", "vllm", "mindie" or "unknown"
+    ttft_buckets: Buckets = ()  # () when the server exports no such histogram
+    itl_buckets: Buckets = ()
 
 
 _WANTED = frozenset(p + n for p in PREFIXES for group in (
     RUNNING, WAITING, KV_USAGE, PROMPT_TOKENS, GENERATION_TOKENS, SUCCESS, FAILED, STEPS,
-    PREFIX_HIT_RATE, PREFIX_HITS, PREFIX_QUERIES, PROMPT_TPS, GENERATION_TPS) for n in group)
+    PREFIX_HIT_RATE, PREFIX_HITS, PREFIX_QUERIES, PROMPT_TPS, GENERATION_TPS) for n in group) | \
+    frozenset(p + n + "_bucket" for p in PREFIXES for n in TTFT + ITL)
 
 
 def _relevant(text: str) -> str:
@@ -70,15 +81,71 @@ def _relevant(text: str) -> str:
     return "\n".join(keep) + "\n"
 
 
-def _samples(text: str) -> tuple[dict[str, float], list[tuple[str, dict]]]:
+def _samples(text: str) -> tuple[dict[str, float], list[tuple[str, dict]],
+                                  dict[str, dict[float, float]]]:
+    """Sums per sample name, the labelled info samples, and each histogram's buckets (name ->
+    le -> count, summed over the other labels: one per model)."""
     sums: dict[str, float] = {}
     labelled: list[tuple[str, dict]] = []
+    buckets: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(_relevant(text)):
         for s in family.samples:
+            if s.name.endswith("_bucket"):
+                le = float(s.labels.get("le", "nan"))
+                if not math.isnan(le):  # a bucket without its bound is not one
+                    per = buckets.setdefault(s.name[:-len("_bucket")], {})
+                    per[le] = per.get(le, 0.0) + float(s.value)
+                continue
             sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
             if s.name.endswith("cache_config_info"):
                 labelled.append((s.name, dict(s.labels)))
-    return sums, labelled
+    return sums, labelled, buckets
+
+
+def _pick_buckets(buckets: dict[str, dict[float, float]], names: tuple[str, ...]) -> Buckets:
+    for prefix in PREFIXES:
+        for n in names:
+            per = buckets.get(prefix + n)
+            if per:
+                return tuple(sorted(per.items()))
+    return ()
+
+
+def window_quantiles(new: Buckets, old: Buckets,
+                     qs: tuple[float, ...] = (0.5, 0.99)) -> tuple[float | None, ...]:
+    """Quantiles of what was observed between two scrapes of a histogram (as Prometheus's
+    histogram_quantile over an increase): linear within the bucket the rank falls in, the
+    highest finite bound when it falls in +Inf. None for each when nothing was observed (or
+    the bucket layouts differ); a counter that went back (a restarted server) counts from 0."""
+    none = tuple(None for _ in qs)
+    if not new:
+        return none
+    before = dict(old)
+    if old and ([le for le, _ in old] != [le for le, _ in new]
+                or any(n < before[le] for le, n in new)):
+        before = {}
+    counts = [(le, n - before.get(le, 0.0)) for le, n in new]
+    total = counts[-1][1]
+    if total <= 0:
+        return none
+    finite = [le for le, _ in counts if le != float("inf")]
+    out = []
+    for q in qs:
+        rank = q * total
+        lo_bound, lo_count = 0.0, 0.0
+        for le, n in counts:
+            if n >= rank:
+                if le == float("inf"):
+                    out.append(finite[-1] if finite else None)
+                elif n == lo_count:
+                    out.append(le)
+                else:
+                    out.append(lo_bound + (le - lo_bound) * (rank - lo_count) / (n - lo_count))
+                break
+            lo_bound, lo_count = le, n
+        else:
+            out.append(None)
+    return tuple(out)
 
 
 def _pick(sums: dict[str, float], names: tuple[str, ...]) -> float | None:
@@ -103,7 +170,7 @@ def _kv_total(labelled: list[tuple[str, dict]]) -> int | None:
 
 
 def parse_metrics(text: str, now: float) -> MetricsSnapshot:
-    sums, labelled = _samples(text)
+    sums, labelled, buckets = _samples(text)
     names = " ".join(sums)
     flavour = ("npu_console" if "npu_console:" in names else "vllm" if "vllm:" in names
                else "mindie" if "num_requests_running" in sums else "unknown")
@@ -117,7 +184,8 @@ def parse_metrics(text: str, now: float) -> MetricsSnapshot:
         failed=_pick(sums, FAILED), steps=_pick(sums, STEPS),
         prefix_hit_rate=_pick(sums, PREFIX_HIT_RATE), prefix_hits=_pick(sums, PREFIX_HITS),
         prefix_queries=_pick(sums, PREFIX_QUERIES), prompt_tps=_pick(sums, PROMPT_TPS),
-        generation_tps=_pick(sums, GENERATION_TPS), flavour=flavour)
+        generation_tps=_pick(sums, GENERATION_TPS), flavour=flavour,
+        ttft_buckets=_pick_buckets(buckets, TTFT), itl_buckets=_pick_buckets(buckets, ITL))
 
 
 def rate(new: float | None, old: float | None, dt: float) -> float | None:
@@ -165,3 +233,31 @@ def figures(snap: MetricsSnapshot, prev: MetricsSnapshot | None) -> EngineFigure
                          kv_total_tokens=kv_total, prompt_tps=prompt_tps,
                          generation_tps=gen_tps, prefix_hit_rate=prefix,
                          steps=int(snap.steps or 0), finished=snap.finished, failed=snap.failed)
+
+
+LATENCY_KEYS = ("engine:ttft_p50_ms", "engine:ttft_p99_ms", "engine:itl_p50_ms",
+                "engine:itl_p99_ms")
+
+
+class LatencyWindow:
+    """TTFT / ITL p50 and p99 over the last `window_s` of a server's scrapes (the console's own
+    engine panel uses the same 30 s window), from its latency histograms."""
+
+    def __init__(self, window_s: float = 30.0):
+        self.window_s = window_s
+        self._scrapes: deque[MetricsSnapshot] = deque()
+
+    def add(self, snap: MetricsSnapshot) -> dict[str, float | None]:
+        """LATENCY_KEYS -> milliseconds (None: nothing observed in the window, or no
+        histogram); the first scrape has no window yet."""
+        self._scrapes.append(snap)
+        # the base is the newest scrape at least window_s old (or the oldest one there is)
+        while len(self._scrapes) > 2 and self._scrapes[1].time <= snap.time - self.window_s:
+            self._scrapes.popleft()
+        if len(self._scrapes) < 2:
+            return dict.fromkeys(LATENCY_KEYS)
+        base = self._scrapes[0]
+        values = (window_quantiles(snap.ttft_buckets, base.ttft_buckets)
+                  + window_quantiles(snap.itl_buckets, base.itl_buckets))
+        return {k: None if v is None else 1000.0 * v
+                for k, v in zip(LATENCY_KEYS, values, strict=True)}

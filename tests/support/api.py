@@ -86,7 +86,7 @@ def keyed_server(model_dir: Path, name: str, api_key: str, max_running: int):
 
     engine = LocalEngine(EngineConfig(max_running=max_running, num_threads=1))
     try:
-        engine.load(model_dir, name=name).result(120)
+        engine.load(model_dir, name=name).result(300)  # a loaded shared machine
         controller = ServerController(engine)
         url = controller.start(port=0, api_key=api_key)
         try:
