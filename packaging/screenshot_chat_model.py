@@ -30,11 +30,10 @@ def find_chat_model() -> Path | None:
 
 
 def capture_chat_model(gguf: Path, out: Path, home: Path) -> list[Path]:
-    from PySide6.QtWidgets import QApplication
-
     from npu_console.console.app import LaunchOptions, build_window
     from npu_console.console.screenshots import LOAD_TIMEOUT_S, _save, _settle, capture_demo
     from npu_console.console.testing import model_names, pump_until
+    from PySide6.QtWidgets import QApplication
 
     out.mkdir(parents=True, exist_ok=True)
     window = build_window(LaunchOptions(model=str(gguf), theme="dark",

@@ -36,11 +36,10 @@ def capture_folder(home: Path) -> Path | None:
 
 
 def capture_drawer(out: Path, home: Path) -> list[Path]:
-    from PySide6.QtWidgets import QApplication
-
     from npu_console.console.app import LaunchOptions, build_window
     from npu_console.console.screenshots import _save, _settle
     from npu_console.console.testing import pump_until
+    from PySide6.QtWidgets import QApplication
 
     folder = capture_folder(home)
     if folder is None:

@@ -19,12 +19,11 @@ QUESTIONS = ("Hello", "Which is larger, 37 or 73?")
 
 
 def capture_thinking(out: Path, home: Path) -> list[Path]:
-    from PySide6.QtWidgets import QApplication
-
     from npu_console.console.app import LaunchOptions, build_window
     from npu_console.console.screenshots import LOAD_TIMEOUT_S, _save, _settle
     from npu_console.console.testing import model_names, pump_until
     from npu_console.engine.paths import THINK_MODEL_DIR
+    from PySide6.QtWidgets import QApplication
 
     out.mkdir(parents=True, exist_ok=True)
     window = build_window(LaunchOptions(model=str(THINK_MODEL_DIR), theme="dark",

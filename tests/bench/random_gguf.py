@@ -143,14 +143,14 @@ def write_qwen2_gguf(folder: str | Path, out: str | Path, outtype: str = "f32",
 
 # real models' shapes for the scale curve (their config.json values)
 SHAPES = {
-    "qwen2.5-0.5b": dict(arch="qwen2", hidden=896, layers=24, heads=14, kv=2, inter=4864,
-                         vocab=151936, tied=True, ctx=32768, theta=1e6, eps=1e-6),
-    "qwen2.5-1.5b": dict(arch="qwen2", hidden=1536, layers=28, heads=12, kv=2, inter=8960,
-                         vocab=151936, tied=True, ctx=32768, theta=1e6, eps=1e-6),
-    "llama-3.2-3b": dict(arch="llama", hidden=3072, layers=28, heads=24, kv=8, inter=8192,
-                         vocab=128256, tied=True, ctx=131072, theta=5e5, eps=1e-5),
-    "llama-2-7b": dict(arch="llama", hidden=4096, layers=32, heads=32, kv=32, inter=11008,
-                       vocab=32000, tied=False, ctx=4096, theta=1e4, eps=1e-5),
+    "qwen2.5-0.5b": {"arch": "qwen2", "hidden": 896, "layers": 24, "heads": 14, "kv": 2, "inter": 4864,
+                         "vocab": 151936, "tied": True, "ctx": 32768, "theta": 1e6, "eps": 1e-6},
+    "qwen2.5-1.5b": {"arch": "qwen2", "hidden": 1536, "layers": 28, "heads": 12, "kv": 2, "inter": 8960,
+                         "vocab": 151936, "tied": True, "ctx": 32768, "theta": 1e6, "eps": 1e-6},
+    "llama-3.2-3b": {"arch": "llama", "hidden": 3072, "layers": 28, "heads": 24, "kv": 8, "inter": 8192,
+                         "vocab": 128256, "tied": True, "ctx": 131072, "theta": 5e5, "eps": 1e-5},
+    "llama-2-7b": {"arch": "llama", "hidden": 4096, "layers": 32, "heads": 32, "kv": 32, "inter": 11008,
+                       "vocab": 32000, "tied": False, "ctx": 4096, "theta": 1e4, "eps": 1e-5},
 }
 
 
