@@ -24,7 +24,7 @@ venv: $(STAMP)
 CHAT_DIR ?= models/smollm2-135m-instruct
 run: $(STAMP)
 	@if model=$$($(BIN)/python -m npu_console.engine.models.starter --dest $(CHAT_DIR) 2>.starter-note); then \
-	  rm -f .starter-note; $(BIN)/npu-console gui --model "$$model"; \
+	  rm -f .starter-note; $(BIN)/npu-console gui --model "$$model" --load-as int8; \
 	else \
 	  cat .starter-note >&2; note=$$(cat .starter-note); rm -f .starter-note; \
 	  $(BIN)/npu-console gui --note "$$note"; \

@@ -32,6 +32,7 @@ class LaunchOptions:
     theme: str | None = None  # overrides the saved theme
     start_engine: bool = True
     note: str | None = None  # a line for the status bar at start (why `make run` fell back)
+    load_as: str = "float"  # "int8": a GGUF model opens straight in INT8 (W8A16)
 
 
 def ensure_app(argv: list[str] | None = None) -> QApplication:
@@ -54,6 +55,10 @@ def build_window(options: LaunchOptions) -> MainWindow:
     window.show()
     if options.note:
         window.statusBar().showMessage(options.note, 60_000)
+    elif options.load_as == "int8" and str(options.model or "").endswith(".gguf"):
+        window.statusBar().showMessage(
+            "Model in INT8 (W8A16 straight from the GGUF: a quarter of float32's memory, "
+            "faster); for float32: Models › Weights › Float, then Load", 60_000)
     # after the first paint: the window must be usable before anything slow starts
     QTimer.singleShot(0, lambda: start_background(ctx, options))
     return window
@@ -86,9 +91,12 @@ def start_background(ctx: ConsoleContext, options: LaunchOptions) -> None:
     if model:
         models_page = _page(ctx, "models")
         if models_page is not None and models_page.open_folder(model):
+            from npu_console.console.pages.models_weights import sync_weights
+
+            sync_weights(models_page.weights_box, models_page.report, want=options.load_as)
             models_page.start_load()
         elif models_page is None:
-            ctx.engine_host.load(model, name=Path(model).name)
+            ctx.engine_host.load(model, name=Path(model).name, load_as=options.load_as)
 
 
 def _page(ctx, page_id):

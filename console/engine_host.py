@@ -37,6 +37,7 @@ class LoadJob:
     name: str
     device: str
     dtype: str
+    load_as: str = "float"  # "int8": a GGUF straight into INT8 weights
 
 
 class EngineHost(QObject):
@@ -128,9 +129,10 @@ class EngineHost(QObject):
     # ------------------------------------------------------------------ load / unload
 
     def load(self, path: str | Path, name: str | None = None, device: str = "cpu",
-             dtype: str = "float32") -> LoadJob:
+             dtype: str = "float32", load_as: str = "float") -> LoadJob:
         with self._lock:
-            job = LoadJob(self._next_job, str(path), name or Path(path).name, device, dtype)
+            job = LoadJob(self._next_job, str(path), name or Path(path).name, device, dtype,
+                          load_as)
             self._next_job += 1
             cancel = threading.Event()
             self._jobs[job.job_id] = cancel
@@ -182,7 +184,8 @@ class EngineHost(QObject):
 
             raise Cancelled("loading cancelled")
         engine_job = self.engine.load(job.path, name=job.name, device=job.device,
-                                      dtype=job.dtype, default=not self.engine.models())
+                                      dtype=job.dtype, default=not self.engine.models(),
+                                      load_as=job.load_as)
         engine_job.add_progress_callback(
             lambda f, msg: self.load_progress.emit(job.job_id, f, msg or "starting"))
         while True:  # poll so that a cancel or window close never waits for the load

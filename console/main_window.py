@@ -110,8 +110,10 @@ class MainWindow(QMainWindow):
         self.server_lamp = Lamp("off")
         self.server_label = QLabel("server off")
         self.queue_label = QLabel("queue 0")
-        for w in (self.device_label, self.model_label, self.model_badge, self.engine_label):
+        for w in (self.device_label, self.model_label, self.engine_label):
             bar.addWidget(w)
+        # permanent: a badge shown while a message is up would sit on top of its first words
+        bar.addPermanentWidget(self.model_badge)
         bar.addPermanentWidget(self.queue_label)
         bar.addPermanentWidget(self.server_lamp)
         bar.addPermanentWidget(self.server_label)

@@ -164,3 +164,33 @@ def test_the_row_tooltip_names_the_int8_kernels():
     torch_q = dataclasses.replace(q, decode_step="torch", int8_kernels="fbgemm")
     assert kernels_tip(torch_q) == ("batched runner; float decode products on PyTorch; "
                                     "int8 products on fbgemm")
+
+
+def test_a_gguf_launched_in_int8_opens_in_int8_and_float_is_one_choice_away(qapp, qtbot, tmp_path,
+                                                                            demo_model_dir):
+    """`gui --model X.gguf --load-as int8` (what `make run` does): the model loads as W8A16
+    straight from the file, the Weights box shows it and the status bar says how to get float;
+    choosing Float and loading again gives a float model. A Hugging Face folder offers no INT8
+    here (the Quantize page makes one)."""
+    from support.gguf import write_model_gguf
+    from support.gui import console_window
+    from support.models import tiny
+
+    gguf_path = write_model_gguf(tiny("llama").model, tmp_path / "tiny.gguf", "Q8_0")
+    with console_window(qapp, tmp_path / "home", "models", model=str(gguf_path),
+                        load_as="int8") as win:
+        host, page = win.ctx.engine_host, win.page("models")
+        qtbot.waitUntil(lambda: len(host.models()) == 1, timeout=WAIT_MS)
+        assert host.models()[0].quantization == "w8a16"
+        assert page.weights_box.currentData() == "int8"
+        assert "INT8" in win.statusBar().currentMessage()
+        qtbot.waitUntil(lambda: "INT8" in win.model_badge.text(), timeout=10_000)
+        page.weights_box.setCurrentIndex(page.weights_box.findData("float"))
+        page.name_edit.setText("tiny-float")
+        page.start_load()
+        qtbot.waitUntil(lambda: len(host.models()) == 2, timeout=WAIT_MS)
+        floats = [m for m in host.models() if m.name == "tiny-float"]
+        assert floats and floats[0].quantization is None
+        assert page.open_folder(str(demo_model_dir))
+        assert page.weights_box.currentData() == "float"
+        assert not page.weights_box.model().item(1).isEnabled()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from npu_console.console.pages import models_weights as weights
 from npu_console.console.pages.base import Page
 from npu_console.console.pages.models_remote import RemoteModels
 from npu_console.console.widgets.basic import (
@@ -32,8 +33,6 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
     QVBoxLayout,
 )
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ModelsPage(Page):
@@ -111,12 +110,10 @@ class ModelsPage(Page):
         self.name_edit.setPlaceholderText("variant name used by chat and the API")
         self.device_box = QComboBox()
         self.device_box.addItem("cpu", "cpu")
-        self.dtype_box = QComboBox()
-        for d in DTYPES:
-            self.dtype_box.addItem(d, d)
-        form.addRow("Name", self.name_edit)
-        form.addRow("Device", self.device_box)
-        form.addRow("Dtype", self.dtype_box)
+        self.dtype_box, self.weights_box = weights.dtype_box(), weights.weights_box()
+        for label, box in (("Name", self.name_edit), ("Device", self.device_box),
+                           ("Dtype", self.dtype_box), ("Weights", self.weights_box)):
+            form.addRow(label, box)
         form_box.addLayout(form)
         self.estimate = QLabel("Memory estimate appears here once a folder is open.")
         self.estimate.setWordWrap(True)
@@ -177,7 +174,7 @@ class ModelsPage(Page):
         self.unload_btn.clicked.connect(self.unload_selected)
         self.table.itemSelectionChanged.connect(
             lambda: self.unload_btn.setEnabled(bool(self.table.selectedItems())))
-        for box in (self.dtype_box, self.device_box):
+        for box in (self.dtype_box, self.device_box, self.weights_box):
             box.currentIndexChanged.connect(lambda _i: self.update_estimate())
         host.load_started.connect(self.on_load_started)
         host.load_progress.connect(self.on_progress)
@@ -247,6 +244,7 @@ class ModelsPage(Page):
             name, i = f"{base}-{i}", i + 1
         self.name_edit.setText(name)
         self.load_btn.setEnabled(self.job is None)
+        weights.sync_weights(self.weights_box, report)
         self.update_estimate()
         return True
 
@@ -290,7 +288,8 @@ class ModelsPage(Page):
         if self.report is None or self.remote.active():  # a server's folder: no estimate
             return
         dtype = self.dtype_box.currentData()
-        est = estimate_memory(self.report, dtype=dtype, quantization=self.report.quantization)
+        est = estimate_memory(self.report, dtype=dtype,
+                              quantization=weights.weights_quantization(self.weights_box, self.report))
         dev = self._device_info()
         text = (f"Needs about <b>{fmt_bytes(est.total_bytes)}</b>: weights "
                 f"{fmt_bytes(est.weight_bytes)}, KV cache {fmt_bytes(est.kv_bytes)} "
@@ -316,7 +315,8 @@ class ModelsPage(Page):
         name = self.name_edit.text().strip() or Path(self.report.path).name
         return self.ctx.engine_host.load(self.report.path, name=name,
                                          device=self.device_box.currentData() or "cpu",
-                                         dtype=self.dtype_box.currentData())
+                                         dtype=self.dtype_box.currentData(),
+                                         load_as=self.weights_box.currentData())
 
     def on_load_started(self, job) -> None:
         self.job = job

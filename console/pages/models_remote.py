@@ -74,6 +74,7 @@ class RemoteModels(QObject, PickerOwner):
         remote = self.active()
         for w in (p.open_btn, p.open_gguf_btn, p.recent, p.info_card, p.estimate, p.mem_bar):
             w.setVisible(not remote)
+        p.weights_box.setEnabled(not remote)  # a server's admin API loads float weights
         self.card.setVisible(remote)
         self.show_focus()
         if not remote:

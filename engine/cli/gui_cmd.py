@@ -35,6 +35,10 @@ def register(subparsers) -> None:
     p.add_argument("--screenshot-dir", metavar="DIR", default=None,
                    help="save a PNG of every page into DIR once the model is loaded, then exit")
     p.add_argument("--theme", choices=("dark", "light"), default=None)
+    p.add_argument("--load-as", choices=("float", "int8"), default="float",
+                   help="int8: a GGUF --model opens straight in INT8 weights (W8A16, a scale "
+                        "per 32 values; no float copy); the Models page's Weights box reloads "
+                        "it in float")
     p.set_defaults(func=run)
 
 
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from npu_console.console.app import LaunchOptions
 
     options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme,
-                            note=args.note)
+                            note=args.note, load_as=args.load_as)
     if args.screenshot_dir:
         from npu_console.console.screenshots import capture_all
 

@@ -16,6 +16,7 @@ from npu_console.engine.models.loader import (
     resolve_model_path,
 )
 from npu_console.engine.models.memory import (
+    GGUF_INT8,
     MemoryEstimate,
     estimate_memory,
     fits_message,
@@ -24,7 +25,7 @@ from npu_console.engine.models.memory import (
 from npu_console.engine.models.recent import add_recent_model, forget_recent_model, recent_models
 
 __all__ = [
-    "BATCHED_ARCHITECTURES", "LoadCancelled", "LoadedModel", "MemoryEstimate", "ModelFolderError",
+    "BATCHED_ARCHITECTURES", "GGUF_INT8", "LoadCancelled", "LoadedModel", "MemoryEstimate", "ModelFolderError",
     "ModelFolderReport", "ModelLoadError", "Problem", "add_recent_model", "estimate_memory",
     "fits_message", "forget_recent_model", "format_bytes", "inspect_model_folder", "load_model",
     "recent_models", "resolve_model_path", "validate_model_folder",
