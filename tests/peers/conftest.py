@@ -1,0 +1,62 @@
+"""The peers lane's shared set-up: SmolLM2 as the Hugging Face folder our GGUF conversion writes,
+its compressed-tensors exports written by `npu-console quantize`, and one `vllm serve` at a
+time (tests/support/vllm.py). Every test here is marked `peers` (`make peers`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.vllm import OneAtATime, need_vllm
+
+# the methods our compressed-tensors export writes (engine/quant/io.py); w8a16 and per-group
+# scales are refused at export time
+CT_METHODS = ("w8a8-dynamic", "w8a8-static")
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.peers)
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_gguf) -> Path:
+    """The float Hugging Face folder our GGUF conversion writes (what vLLM is given)."""
+    from npu_console.engine.models.gguf_convert import ensure_converted
+
+    return Path(ensure_converted(smollm2_gguf))
+
+
+@pytest.fixture(scope="session")
+def ct_exports(smollm2_hf, tmp_path_factory) -> dict[str, Path]:
+    """{method: folder} of `npu-console quantize --format compressed-tensors` (plain recipe,
+    a small calibration: what is compared is the two engines on the same checkpoint)."""
+    need_vllm()  # no point in minutes of quantization without vLLM to load them
+    out = tmp_path_factory.mktemp("ct")
+    folders = {}
+    for method in CT_METHODS:
+        dest = out / f"smollm2-{method}"
+        res = subprocess.run(
+            [sys.executable, "-m", "npu_console.engine.cli.main", "quantize", "--model",
+             str(smollm2_hf), "--method", method, "--recipe", "plain", "--samples", "16",
+             "--seq-len", "128", "--format", "compressed-tensors", "--out", str(dest),
+             "--json"], capture_output=True, text=True, timeout=1800, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+        cfg = json.loads((dest / "config.json").read_text())
+        assert cfg["quantization_config"]["quant_method"] == "compressed-tensors"
+        folders[method] = dest
+    return folders
+
+
+@pytest.fixture(scope="session")
+def vllm_servers():
+    servers = OneAtATime()
+    yield servers
+    servers.close()
