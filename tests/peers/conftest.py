@@ -1,6 +1,7 @@
 """The peers lane's shared set-up: SmolLM2 as the Hugging Face folder our GGUF conversion writes,
 its compressed-tensors exports written by `npu-console quantize`, and one `vllm serve` at a
-time (tests/support/vllm.py). Every test here is marked `peers` (`make peers`)."""
+time (tests/support/vllm.py). Every module here has
+`pytestmark = [pytest.mark.peers, pytest.mark.slow]` (`make peers`; out of every other lane)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.vllm import OneAtATime, need_vllm
 
 # the methods our compressed-tensors export writes (engine/quant/io.py); w8a16 and per-group
 # scales are refused at export time
 CT_METHODS = ("w8a8-dynamic", "w8a8-static")
-
-
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.peers)
-            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

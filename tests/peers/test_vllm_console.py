@@ -11,8 +11,9 @@ import sys
 import time
 
 import pytest
-
 from npu_console.engine.runtime.types import FinishEvent, GenerationRequest, SamplingParams
+
+pytestmark = [pytest.mark.peers, pytest.mark.slow]
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
@@ -86,7 +87,7 @@ def test_bench_serve_against_vllm(vllm, tmp_path, smollm2_hf):
         capture_output=True, text=True, timeout=900, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(out.with_suffix(".json").read_text())
-    summary = result.get("summary", result)
+    summary = result["metrics"]
     assert summary["completed"] == 8 and summary.get("failed", 0) == 0, summary
     assert summary["total_output_tokens"] == 8 * 8  # ignore_eos honoured by vLLM
     assert summary["ttft_ms"]["p50"] > 0

@@ -16,8 +16,9 @@ import math
 
 import httpx
 import pytest
-
 from npu_console.engine.paths import ASSETS_DIR
+
+pytestmark = [pytest.mark.peers, pytest.mark.slow]
 
 TEXTS = ("prose_en.txt", "technical_code.txt")
 TOKENS = 256  # per text: one window in both engines
