@@ -79,9 +79,11 @@ $(VLLM_STAMP): tests/peers/constraints.txt
 vllm-venv: $(VLLM_STAMP)
 
 # not in `make test` nor `make test-all` (minutes of vLLM start-up on a small CPU); .ci/run runs
-# it when NPU_CONSOLE_PEERS=1
+# it when NPU_CONSOLE_PEERS=1. Its cache (SmolLM2's GGUF converted, minutes on a busy machine) is
+# kept across runs in .pytest_cache.
 peers: $(STAMP) $(VLLM_STAMP)
-	NPU_CONSOLE_VLLM=$(abspath $(VLLM_VENV))/bin/vllm $(PYTEST) -m peers $(PYTEST_ARGS)
+	NPU_CONSOLE_VLLM=$(abspath $(VLLM_VENV))/bin/vllm NPU_CONSOLE_CACHE=$(abspath .pytest_cache/peers-cache) \
+	  $(PYTEST) -m peers $(PYTEST_ARGS)
 
 serve: $(STAMP)
 	$(BIN)/npu-console serve

@@ -56,6 +56,9 @@ def vllm_env() -> dict[str, str]:
            # no pinning: the cores are shared with other processes
            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(cores)),
+           # vllm-cpu names itself "vllm-cpu", and vLLM finds its CPU platform by the "cpu" in
+           # the version of "vllm": without this it stops with "Failed to infer device type"
+           "VLLM_TARGET_DEVICE": "cpu",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     # vLLM's own venv must not see this one's packages
@@ -92,7 +95,10 @@ class VllmServe:
         self.name = name
         self.log = Path(tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
         self._log_file = self.log.open("w")
-        self.argv = [str(exe), *serve_args(model, name, self.port), *extra]
+        # `vllm serve ...` through vllm_cli.py: vllm-cpu's own `vllm` script cannot start
+        cli = Path(__file__).parents[1] / "peers" / "vllm_cli.py"
+        self.argv = [str(exe.parent / "python"), str(cli),
+                     *serve_args(model, name, self.port), *extra]
         self.proc = subprocess.Popen(
             ["nice", "-n", "10", *self.argv] if shutil.which("nice") else self.argv,
             stdout=self._log_file, stderr=subprocess.STDOUT, env=vllm_env(),
