@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -60,7 +59,7 @@ def vllm_env() -> dict[str, str]:
            # the version of "vllm": without this it stops with "Failed to infer device type"
            "VLLM_TARGET_DEVICE": "cpu",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     # vLLM's own venv must not see this one's packages
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
@@ -100,7 +99,7 @@ class VllmServe:
         self.argv = [str(exe.parent / "python"), str(cli),
                      *serve_args(model, name, self.port), *extra]
         self.proc = subprocess.Popen(
-            ["nice", "-n", "10", *self.argv] if shutil.which("nice") else self.argv,
+            self.argv,  # niceness is the caller's (a nice on top starved it on a busy machine)
             stdout=self._log_file, stderr=subprocess.STDOUT, env=vllm_env(),
             start_new_session=True)  # its engine-core child goes down with it (killpg)
         self._wait(timeout)
