@@ -6,6 +6,7 @@ time (tests/support/vllm.py). Every module here has
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,14 +28,19 @@ def smollm2_hf(smollm2_gguf) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ct_exports(smollm2_hf, tmp_path_factory) -> dict[str, Path]:
+def ct_exports(smollm2_hf) -> dict[str, Path]:
     """{method: folder} of `npu-console quantize --format compressed-tensors` (plain recipe,
-    a small calibration: what is compared is the two engines on the same checkpoint)."""
+    a small calibration: what is compared is the two engines on the same checkpoint). Kept in
+    the run's cache ($NPU_CONSOLE_CACHE: `make peers` keeps it across runs; minutes each on a
+    busy 2-core machine); the quantization itself is tested in the default lane."""
     need_vllm()  # no point in minutes of quantization without vLLM to load them
-    out = tmp_path_factory.mktemp("ct")
+    out = Path(os.environ["NPU_CONSOLE_CACHE"]) / "peers-exports"
     folders = {}
     for method in CT_METHODS:
-        dest = out / f"smollm2-{method}"
+        dest = out / f"{smollm2_hf.name}-{method}-ct"
+        if (dest / "config.json").is_file():  # written atomically: complete when there
+            folders[method] = dest
+            continue
         res = subprocess.run(
             [sys.executable, "-m", "npu_console.engine.cli.main", "quantize", "--model",
              str(smollm2_hf), "--method", method, "--recipe", "plain", "--samples", "16",
