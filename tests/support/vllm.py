@@ -67,8 +67,9 @@ def vllm_env() -> dict[str, str]:
 
 
 # what a small CPU needs beyond the console's launch command: float32 (our reference's dtype;
-# vLLM would pick bfloat16 from the checkpoint's float32 on CPU), room for 32 sequences
-SMALL_CPU_ARGS = ("--dtype", "float32", "--max-num-seqs", "32")
+# vLLM would pick bfloat16 from the checkpoint's float32 on CPU), room for 32 sequences, and
+# eager mode: torch.compile's warm-up took over 5 minutes of a busy 2-core machine per start
+SMALL_CPU_ARGS = ("--dtype", "float32", "--max-num-seqs", "32", "--enforce-eager")
 
 
 def serve_args(model: Path | str, name: str, port: int, max_model_len: int = 1024) -> list[str]:
