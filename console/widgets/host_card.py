@@ -112,7 +112,13 @@ class HostCard(SelectableCard):
         s = chip_summary(telemetry)
         if s is None:
             self.health.set("no chips" if telemetry is not None else "", "none")
-            self.chips.setText("no accelerator telemetry" if telemetry is not None else "–")
+            if telemetry is not None:
+                self.chips.setText("no accelerator telemetry")
+            else:
+                # a server with /metrics but no telemetry endpoint (vLLM, MindIE): its engine
+                # numbers are all there is to show
+                self.chips.setText("engine only (no telemetry endpoint)" if stats is not None
+                                   else "–")
         else:
             names = sorted({d.name for d in telemetry.accelerators})
             self.health.set(f"{s.chips} × {s.worst_health or 'N/A'}",

@@ -115,9 +115,11 @@ def export(model: Any, out: str | Path, fmt: str = "native", source_dir: str | P
     writer = {"native": _write_native, "compressed-tensors": _write_compressed_tensors,
               "msmodelslim": _write_msmodelslim}[fmt]
     if fmt == "compressed-tensors" and info.method == "w8a16":
+        # written as int-quantized; vLLM (CPU included, `make peers`) reads int8 weight-only
+        # only as pack-quantized, and vllm-ascend has no compressed-tensors W8A16 mapping
         raise QuantError("compressed-tensors export is for w8a8-dynamic / w8a8-static "
-                         "(vLLM and vllm-ascend have no int8 weight-only mapping); use "
-                         "--format native or msmodelslim for w8a16")
+                         "(vLLM and vllm-ascend do not load int8 weight-only int-quantized "
+                         "checkpoints); use --format native or msmodelslim for w8a16")
     if fmt != "native" and info.int8_head:
         raise QuantError(f"an int8 lm_head and embedding can only be written in the native "
                          f"format: {fmt} readers (vLLM, vllm-ascend) keep them in float; "
