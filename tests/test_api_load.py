@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from fakes.slow_steps import slowed_steps
 from support.api import (
     default_engine,
     engine_for,
@@ -77,9 +78,12 @@ def test_200_clients_against_a_queue_of_64(stories_dir):
         probe = _HealthProbe(url)
         probe.start()
         try:
-            # clients arrive over one second and all overlap (each lasts several seconds)
-            results = run_stream_clients_in_subprocess(
-                url, [_body(i, 24) for i in range(200)], stagger_s=0.005)
+            # clients arrive over one second and all overlap: each step is held 3 ms a running
+            # sequence (about 0.3 s a request, 13 requests a second through 4 slots), so the
+            # queue fills however fast this machine decodes or however slowly clients start
+            with slowed_steps(engine, 0.003):
+                results = run_stream_clients_in_subprocess(
+                    url, [_body(i, 24) for i in range(200)], stagger_s=0.005)
         finally:
             probe.halt.set()
             probe.join(10)
