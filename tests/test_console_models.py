@@ -167,16 +167,21 @@ def test_the_row_tooltip_names_the_int8_kernels():
 
 
 def test_a_gguf_launched_in_int8_opens_in_int8_and_float_is_one_choice_away(qapp, qtbot, tmp_path,
-                                                                            demo_model_dir):
+                                                                            demo_model_dir,
+                                                                            monkeypatch):
     """`gui --model X.gguf --load-as int8` (what `make run` does): the model loads as W8A16
     straight from the file, the Weights box shows it and the status bar says how to get float;
     choosing Float and loading again gives a float model. A Hugging Face folder offers no INT8
     here (the Quantize page makes one)."""
+    from npu_console.engine import atomic_files
     from support.gguf import write_model_gguf
     from support.gui import console_window
     from support.models import tiny
 
     gguf_path = write_model_gguf(tiny("llama").model, tmp_path / "tiny.gguf", "Q8_0")
+    # damaged files that earlier tests in this process set aside would be this window's first
+    # status message: a fresh process (what a user launches) has reported none
+    monkeypatch.setattr(atomic_files, "_reported", [])
     with console_window(qapp, tmp_path / "home", "models", model=str(gguf_path),
                         load_as="int8") as win:
         host, page = win.ctx.engine_host, win.page("models")
