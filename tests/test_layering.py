@@ -125,21 +125,26 @@ def test_doctor_reports_the_gui_extra():
     assert here.status == "ok" and "PySide6 6." in here.detail, here
 
 
+def absolute_imports(path: Path) -> list[str]:
+    """The modules a file imports by absolute name, anywhere in it (functions too)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return names
+
+
 def test_no_test_imports_another_test_module():
     """What tests share lives in tests/support (helpers) or tests/fakes (stand-ins for parts
     that cannot exist here), never in another test module."""
     tests = Path(__file__).resolve().parent
     offenders = []
     for path in tests.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            offenders += [f"{path.relative_to(tests)}: {n}" for n in names
-                          if n.split(".")[0] in ("tests", "conftest")
-                          or n.split(".")[0].startswith("test_")]
+        offenders += [f"{path.relative_to(tests)}: {n}" for n in absolute_imports(path)
+                      if n.split(".")[0] in ("tests", "conftest")
+                      or n.split(".")[0].startswith("test_")]
     assert not offenders
 
 
@@ -173,14 +178,8 @@ def test_pages_and_widgets_import_no_engine_internals():
     bad = []
     for folder in ("pages", "widgets"):
         for path in sorted((root / folder).glob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = []
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    names = [node.module]
-                for n in names:
-                    engine = n.startswith("npu_console.engine") and n not in VIEW_ENGINE_IMPORTS
-                    if engine or n.split(".")[0] in ("torch", "torch_npu", "transformers"):
-                        bad.append(f"{folder}/{path.name}: {n}")
+            for n in absolute_imports(path):
+                engine = n.startswith("npu_console.engine") and n not in VIEW_ENGINE_IMPORTS
+                if engine or n.split(".")[0] in ("torch", "torch_npu", "transformers"):
+                    bad.append(f"{folder}/{path.name}: {n}")
     assert not bad, bad

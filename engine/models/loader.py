@@ -84,6 +84,16 @@ def _check(cancel: threading.Event | None) -> None:
         raise LoadCancelled("loading cancelled")
 
 
+def load_steps(progress: ProgressFn | None,
+               cancel: threading.Event | None) -> Callable[[float, str], None]:
+    """step(fraction, what) for a loader: LoadCancelled once `cancel` is set, else reported."""
+    def step(fraction: float, what: str) -> None:
+        _check(cancel)
+        if progress is not None:
+            progress(fraction, what)
+    return step
+
+
 def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
                name: str | None = None, progress: ProgressFn | None = None,
                cancel: threading.Event | None = None, check_memory: bool = True,
@@ -94,11 +104,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     `dtype` is then the float parts' and the activations')."""
     from npu_console.engine.devices import get_device, import_torch
 
-    def step(fraction: float, what: str) -> None:
-        _check(cancel)
-        if progress is not None:
-            progress(fraction, what)
-
+    step = load_steps(progress, cancel)
     path = Path(path).expanduser()
     step(0.02, "checking the folder")
     report = validate_model_folder(path)

@@ -198,16 +198,12 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
                    cancel: threading.Event | None = None) -> Any:
     """engine.models.loader.LoadedModel of a GGUF file loaded as INT8 (formats "gguf-int8")."""
     import transformers
-    from npu_console.engine.models.loader import LoadCancelled, LoadedModel, ModelLoadError
+    from npu_console.engine.models.loader import LoadedModel, ModelLoadError, load_steps
     from transformers import AutoConfig, AutoTokenizer
 
     path = Path(path)
 
-    def step(fraction: float, what: str) -> None:
-        if cancel is not None and cancel.is_set():
-            raise LoadCancelled("loading cancelled")
-        if progress is not None:
-            progress(fraction, what)
+    step = load_steps(progress, cancel)
 
     transformers.utils.logging.set_verbosity_error()
     step(0.05, "reading the GGUF header")

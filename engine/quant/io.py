@@ -322,19 +322,15 @@ def load_quantized(path: str | Path, device: str = "cpu", dtype: str = "float32"
     """Load any of our three export formats; returns engine.models.loader.LoadedModel with
     QuantLinear layers in the model. `dtype` is the dtype of the float parts and activations."""
     from npu_console.engine.models.loader import (
-        LoadCancelled,
         LoadedModel,
         ModelLoadError,
+        load_steps,
         load_tokenizer,
     )
 
     path = Path(path)
 
-    def step(fraction: float, what: str) -> None:
-        if cancel is not None and cancel.is_set():
-            raise LoadCancelled("loading cancelled")
-        if progress is not None:
-            progress(fraction, what)
+    step = load_steps(progress, cancel)
 
     step(0.15, "loading the tokenizer")
     tokenizer = load_tokenizer(path)
