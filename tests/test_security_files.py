@@ -118,7 +118,10 @@ def test_gguf_conversion_is_refused_from_the_header_when_memory_is_short(tiny_gg
     assert "\n" not in message and not started
 
 
-def test_the_gguf_child_has_a_timeout(tiny_gguf, monkeypatch):
+def test_the_gguf_child_has_a_timeout(tiny_gguf, monkeypatch, tmp_path):
+    # a cache of its own: in the session's, another xdist worker's conversion in progress
+    # would be a temporary folder this test did not leave
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(conv.TIMEOUT_ENV, "0.2")
     with pytest.raises(conv.ConvertError, match="did not finish within 0.2 s"):
         conv.ensure_converted(tiny_gguf)
@@ -158,7 +161,9 @@ def test_the_conversion_cache_is_evicted_beyond_its_size_and_shown_in_doctor(mon
     assert conv.CACHE_ENV in check.detail
 
 
-def test_the_conversion_cache_must_be_private(tiny_gguf):
+def test_the_conversion_cache_must_be_private(tiny_gguf, monkeypatch, tmp_path):
+    # a cache of its own: this opens the folder to everyone for a moment
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     root = gguf.cache_root()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o777)
