@@ -139,7 +139,11 @@ class RemoteHost(QObject):
                 self.servers.remember(url, name, key)
             if conn is not None:
                 self._add_to_fleet(conn, key)
+            # views (the Server page's picker, the menus) first, so whoever reacts to
+            # `connected` finds the server listed everywhere
+            self.changed.emit()
             self.connected.emit(url, error)
+            return
         self.changed.emit()
 
     def _add_to_fleet(self, conn: Connection, key: str | None) -> None:

@@ -174,10 +174,12 @@ def test_connect_dialog_tests_connects_and_remembers_the_server(window, servers,
     assert fleet is None or fleet.refs() == []
     fill_servers_menu(menu, ctx)
     assert [a.text() for a in menu.actions()] == [host_label(url)]
-    next(a for a in menu.actions()[0].menu().actions() if a.text() == "Connect").trigger()
-    qtbot.waitUntil(lambda: (c := ctx.engines.get(url)) is not None and bool(c.models),
-                    timeout=30_000)
-    assert ctx.engines.get(url).keyed
+    # the worker thread fills the connection before `connected` reaches the GUI thread: wait for
+    # the signal, after which every view (the Server page's picker too) has been told
+    with qtbot.waitSignal(ctx.remote.connected, timeout=30_000) as connected:
+        next(a for a in menu.actions()[0].menu().actions() if a.text() == "Connect").trigger()
+    assert connected.args == [url, ""]
+    assert ctx.engines.get(url).models and ctx.engines.get(url).keyed
 
     # the Server page shows it read-only; the status bar names it
     server = window.page("server")
