@@ -50,6 +50,7 @@ def test_q8_0_loads_as_int8_with_the_files_own_values(tmp_path, family, tied):
     16-bit block activations)."""
     from npu_console.engine.models import load_model
     from npu_console.engine.quant.qlinear import QuantEmbedding, QuantLinear
+    from npu_console.engine.runtime.model_size import model_size
 
     original = tiny(family, tie_word_embeddings=tied).model
     path = write_model_gguf(original, tmp_path / f"{family}.gguf", "Q8_0")
@@ -62,6 +63,11 @@ def test_q8_0_loads_as_int8_with_the_files_own_values(tmp_path, family, tied):
     assert isinstance(emb, QuantEmbedding) and emb.is_tied == tied
     assert model.npu_quant.int8_head == {"head": "lm_head", "embedding": "model.embed_tokens",
                                          "tied": tied}
+    # packed for serving, its int8 weights freed: still the float model's parameter count
+    # (what /v1/models and the Models page show), at about a quarter of its bytes
+    size, float_size = model_size(model), model_size(original)
+    assert size.parameters == float_size.parameters == sum(p.numel() for p in original.parameters())
+    assert float_size.weight_bytes / 4.5 < size.weight_bytes < float_size.weight_bytes / 3
     want = _roundtrip(original, "Q8_0")
     for name, m in model.named_modules():
         if isinstance(m, QuantLinear):  # dequantized int8 == the file's values, exactly

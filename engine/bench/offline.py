@@ -179,9 +179,9 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
     Every parameter and buffer is read once per step except an input embedding that is not tied
     to the output head: a lookup reads only the batch's rows of it.
     """
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    weights += sum(b.numel() * b.element_size() for b in model.buffers()
-                   if b.dtype.is_floating_point or b.dtype.itemsize == 1)
+    from npu_console.engine.runtime.model_size import model_size
+
+    weights = model_size(model).weight_bytes  # int8 layers already packed included
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if emb is not None and getattr(emb, "weight", None) is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from npu_console.engine.runtime.config import EngineConfig
 from npu_console.engine.runtime.kv_slots import SlotAllocator
+from npu_console.engine.runtime.model_size import model_size
 from npu_console.engine.runtime.prompting import PromptEncoder
 from npu_console.engine.runtime.reasoning import choose_parser
 from npu_console.engine.runtime.runner import make_runner
@@ -127,9 +128,8 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
                               min_prefix_tokens=config.min_prefix_tokens)
     scheduler = Scheduler(allocator, max_running=config.max_running,
                           max_batched_tokens=config.max_batched_tokens)
-    n_params = sum(p.numel() for p in model.parameters())
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    weight_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
+    size = model_size(model)
+    n_params, weight_bytes = size.parameters, size.weight_bytes
     vocab = getattr(model.config, "vocab_size", None) or len(loaded.tokenizer)
     info = ModelInfo(
         name=name, path=str(loaded.path), architecture=loaded.architecture, dtype=loaded.dtype,
