@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--texts", default=None, help="comma-separated files (default: assets/eval/)")
     ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--group-size", type=int, default=None,
+                    help="weight scales per group of this many inputs (default: the method's)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--print-only", default=None,
                     help="comma-separated text names to print (the rest goes to --json-out "
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             samples, source = calibration_samples(loaded.model, tok, None, 0, 0,
                                                   loaded.files_dir, None, None,
                                                   self_tokens=self_tokens_for(method), seed=seed)
-            cfg = QuantizeRequest(model_dir="", out_dir=None, method=method).config()
+            extra = {} if args.group_size is None else {"group_size": args.group_size}
+            cfg = QuantizeRequest(model_dir="", out_dir=None, method=method, **extra).config()
             res = run_auto(copy.deepcopy(loaded.model), tok, cfg, samples, source)
             got = ppl(res.model)
             change = {k: 100 * (got[k] / base[k] - 1) for k in got}
