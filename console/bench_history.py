@@ -67,6 +67,41 @@ def serving_work(opts: dict, slo: dict):
     return work
 
 
+def offline_options(model_path: str | None, batch_sizes: tuple[int, ...], input_len: int,
+                    output_len: int) -> dict:
+    """The sweep's options (engine.bench.OfflineConfig); ValueError (one line) when the form
+    cannot run yet."""
+    if not model_path:
+        raise ValueError("Load a model first (Models page): the sweep benchmarks a loaded "
+                         "model.")
+    if not batch_sizes:
+        raise ValueError("Tick at least one batch size.")
+    return {"model": model_path, "batch_sizes": batch_sizes, "input_len": input_len,
+            "output_len": output_len, "num_threads": 1}
+
+
+# the sweep's tokens/s lines: (legend, batch field, theme series colour, dashed)
+OFFLINE_SERIES = (("output tok/s", "output_tokens_per_s", 0, False),
+                  ("decode tok/s", "decode_tokens_per_s", 1, False),
+                  ("bandwidth limit", "roofline_tokens_per_s", 3, True))
+
+
+def offline_points(doc: dict) -> tuple[list[str], list[tuple], list[tuple[int, float]]]:
+    """What the sweep's plots draw, batches at evenly spaced positions: the batch-size tick
+    labels, each tokens/s series as (legend, colour, dashed, [(position, value)]) and the TTFT
+    points. A batch without a value is left out of that line; a line without points is not
+    drawn."""
+    batches = doc.get("batches", [])
+    series = []
+    for name, key, color, dashed in OFFLINE_SERIES:
+        pts = [(p, b[key]) for p, b in enumerate(batches) if b.get(key) is not None]
+        if pts:
+            series.append((name, color, dashed, pts))
+    ttft = [(p, b["ttft_ms_mean"]) for p, b in enumerate(batches)
+            if b.get("ttft_ms_mean") is not None]
+    return [str(b["batch_size"]) for b in batches], series, ttft
+
+
 def offline_rows(doc: dict) -> list[list[str]]:
     return [[str(b["batch_size"]), fmt(b.get("output_tokens_per_s")),
              fmt(b.get("decode_tokens_per_s")), fmt(b.get("ttft_ms_mean")),

@@ -251,6 +251,59 @@ def verdict(run: QuantRun, budget_pct: float) -> tuple[bool, str]:
                    f"budget ({facts}): {why}.")
 
 
+# The wizard's messages and checks that are not about widgets (the page shows them).
+
+CALIB_BUILTIN_TEXT = ("16 samples of 128 tokens (256 for w8a8-static), sampled from the model "
+                      "after BOS and a few neutral chat prompts: text in the model's own "
+                      "language and format, never the evaluation text.")
+CALIB_REMOTE_TEXT = "Read on the server when the run starts (a path under its roots)."
+
+
+def calib_note(needs_calibration: bool) -> str:
+    """What the calibration text is used for, with this method and these options."""
+    return ("Activation ranges, per-layer SmoothQuant and error-compensating rounding are "
+            "chosen on this text." if needs_calibration
+            else "Error-compensating rounding uses this text.")
+
+
+def calib_summary_text(summary: tuple[int, int], samples: int, seq_len: int) -> str:
+    """A calibration file's calib_summary, and what is cut from it."""
+    docs, words = summary
+    return (f"{docs} documents, about {words:,} words. Up to {samples} samples of {seq_len} "
+            "tokens are cut from it evenly.")
+
+
+def known_text(run: QuantRun) -> str:
+    return (f"Already measured on {run.created[:16].replace('T', ' ')} UTC: the result is shown "
+            "below. Run again to re-measure.")
+
+
+def done_text(run: QuantRun) -> str:
+    return (f"Done in {run.seconds:.0f} s: {run.quantized_layers} layers int8, "
+            f"{run.skipped_layers} float. Saved to {run.out_dir}")
+
+
+def variant_name(run: QuantRun, taken: set[str]) -> str:
+    """The run's model name and method, numbered past the names already loaded."""
+    base = f"{run.plan['model_name']}-{run.plan['method']}"
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+def export_problem(run: QuantRun, fmt: str) -> str:
+    """Why the run cannot be saved in `fmt` (one line), or "" when it can."""
+    if fmt == "compressed-tensors" and run.plan["method"] == "w8a16":
+        return ("⚠ compressed-tensors is for W8A8 only (vLLM has no W8A16 mapping): choose "
+                "native or msModelSlim.")
+    if fmt != "native" and (run.int8_head or run.plan.get("int8_head") is True):
+        return ("⚠ This run has an int8 lm_head and embeddings, which vLLM and vllm-ascend "
+                "read in float: save it as native, or run again with lm_head and embeddings "
+                "in int8 set to off.")
+    return ""
+
+
 def _agreement_text(q: VariantMeasure) -> str:
     text = f"{100 * (q.greedy_agreement or 0):.0f}% greedy"
     if q.top1_agreement is not None:

@@ -7,8 +7,11 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from npu_console.console.bench_history import (
     BenchHistory,
+    offline_options,
+    offline_points,
     offline_rows,
     serving_rows,
     serving_summary,
@@ -127,6 +130,40 @@ def test_result_tables_and_summary():
     assert serving_rows(serving)[0] == ["TTFT", "1.0", "2.0", "—", "—"]
     assert "<b>3</b> requests ok" in serving_summary(serving) and "off (no SLO)" in \
         serving_summary(serving)
+
+
+def test_sweep_options_and_plot_points():
+    """What the Benchmark page asks of the form, and what its plots draw, without Qt."""
+    with pytest.raises(ValueError, match="Load a model first"):
+        offline_options(None, (1,), 8, 8)
+    with pytest.raises(ValueError, match="at least one batch size"):
+        offline_options("/m", (), 8, 8)
+    assert offline_options("/m", (1, 4), 8, 16) == {
+        "model": "/m", "batch_sizes": (1, 4), "input_len": 8, "output_len": 16, "num_threads": 1}
+    doc = {"batches": [{"batch_size": 1, "output_tokens_per_s": 5.0, "ttft_ms_mean": 3.0},
+                       {"batch_size": 4, "output_tokens_per_s": 9.0,
+                        "decode_tokens_per_s": 11.0}]}
+    labels, series, ttft = offline_points(doc)
+    assert labels == ["1", "4"] and ttft == [(0, 3.0)]
+    assert series == [("output tok/s", 0, False, [(0, 5.0), (1, 9.0)]),
+                      ("decode tok/s", 1, False, [(1, 11.0)])]  # no roofline: no line
+
+
+def test_quant_variant_names_and_export_checks():
+    """The Quantize page's naming and Save as checks, without Qt."""
+    from types import SimpleNamespace
+
+    from npu_console.console.quant_runs import export_problem, variant_name
+
+    run = SimpleNamespace(plan={"model_name": "demo", "method": "w8a16"}, int8_head=False)
+    assert variant_name(run, set()) == "demo-w8a16"
+    assert variant_name(run, {"demo-w8a16", "demo-w8a16-2"}) == "demo-w8a16-3"
+    assert "W8A8 only" in export_problem(run, "compressed-tensors")
+    assert export_problem(run, "msmodelslim") == "" and export_problem(run, "native") == ""
+    head = SimpleNamespace(plan={"model_name": "demo", "method": "w8a8-dynamic"},
+                           int8_head=True)
+    assert "int8 lm_head" in export_problem(head, "msmodelslim")
+    assert export_problem(head, "native") == ""
 
 
 def test_chat_session_turns_ab_and_storage(tmp_path):

@@ -1,55 +1,37 @@
 """Quantize: a stepped wizard from a float model to a measured, saved, loaded INT8 variant.
 
 Steps: model, method + layer preset, calibration data, optional per-layer sensitivity, then
-run / compare / save / load. The steps are views (quantize_steps.py, quantize_results.py);
-this page reads them into a QuantPlan (console/quant_runs.py) and runs the one quantization
-workflow (engine.quant.workflow) as BackgroundJobs of the console's job runner: progress,
-time left, Cancel. Measured runs are kept in a JSON history so a combination is measured once.
+run / compare / save / load. The steps are views (quantize_steps.py, quantize_results.py)
+that quantize_layout.py puts in the page's frame; this page reads them into a QuantPlan
+(console/quant_runs.py, which also words its messages) and runs the one quantization workflow
+(engine.quant.workflow) as BackgroundJobs of the console's job runner: progress, time left,
+Cancel. Load and Save as of the result are quantize_outputs.py. Measured runs are kept in a
+JSON history so a combination is measured once.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from npu_console.console.jobs import BackgroundJob, Reporter
+from npu_console.console.jobs import BackgroundJob
+from npu_console.console.pages import quantize_layout
 from npu_console.console.pages.base import Page
-from npu_console.console.pages.quantize_remote import RemoteQuant
-from npu_console.console.pages.quantize_results import RunStep
-from npu_console.console.pages.quantize_steps import (
-    CalibStep,
-    MethodStep,
-    ModelStep,
-    SensitivityStep,
-)
+from npu_console.console.pages.quantize_layout import STEPS
+from npu_console.console.pages.quantize_outputs import QuantOutputs, events
 from npu_console.console.quant_runs import (
+    CALIB_BUILTIN_TEXT,
+    CALIB_REMOTE_TEXT,
     QuantPlan,
     QuantRun,
     QuantRunStore,
+    calib_note,
     calib_summary,
-    export_run,
+    calib_summary_text,
+    done_text,
     head_recommendation,
+    known_text,
     run_plan,
     run_sensitivity,
 )
-from npu_console.console.widgets.bars import radio_style
-from npu_console.console.widgets.basic import muted, page_title
 from npu_console.console.widgets.job_progress import JobProgress
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QStackedWidget,
-    QVBoxLayout,
-)
-
-STEPS = ("Model", "Method", "Calibration", "Sensitivity", "Run & compare")
-
-
-def _events(r: Reporter):
-    """The workflow's StageEvents into the job's progress signal."""
-    return lambda e: r(e.fraction, e.message)
 
 
 class QuantizePage(Page):
@@ -63,8 +45,6 @@ class QuantizePage(Page):
         self.job: BackgroundJob | None = None
         self.job_kind = ""
         self.sensitivity = None  # engine.quant.analysis.SensitivityResult
-        self.loaded_variant: str | None = None
-        self._load_job_id: int | None = None
         self._calib_job: BackgroundJob | None = None
         self._calib_gen = 0
         self._fresh_key: str | None = None  # the run measured in this session just now
@@ -72,66 +52,9 @@ class QuantizePage(Page):
         # evaluation size: small enough for a laptop CPU, tests shrink it further
         self.eval_tokens, self.eval_prompts, self.new_tokens = 1024, 4, 24
 
-        root = QVBoxLayout(self)
-        root.setContentsMargins(16, 12, 16, 12)
-        root.setSpacing(10)
-        head = QHBoxLayout()
-        head.addWidget(page_title("Quantize"))
-        head.addSpacing(16)
-        self.step_labels: list[QLabel] = []
-        for i, name in enumerate(STEPS):
-            lab = QLabel(f"{i + 1}  {name}")
-            lab.setCursor(Qt.PointingHandCursor)
-            lab.mousePressEvent = lambda _e, i=i: self.go(i)
-            self.step_labels.append(lab)
-            head.addWidget(lab)
-            if i < len(STEPS) - 1:
-                head.addWidget(muted("›"))
-        head.addStretch(1)
-        root.addLayout(head)
-
-        self.model_step = ModelStep()
-        self.method_step = MethodStep()
-        self.calib_step = CalibStep()
-        self.sens_step = SensitivityStep()
-        self.run_step = RunStep()
-        self.stack = QStackedWidget()
-        for step in (self.model_step, self.method_step, self.calib_step, self.sens_step,
-                     self.run_step):
-            self.stack.addWidget(step)
-        root.addWidget(self.stack, 1)
-        # the controls scripts and the README screenshots set directly
-        self.budget = self.sens_step.budget
-        self.auto_load = self.run_step.auto_load
-        # a connected server with admin as where the run goes (quantize_remote.py)
-        self.remote = RemoteQuant(self)
-        head.addWidget(self.remote.picker)
-
-        nav = QHBoxLayout()
-        self.plan_label = muted("")
-        self.plan_label.setWordWrap(True)
-        nav.addWidget(self.plan_label, 1)
-        self.back_btn = QPushButton("‹ Back")
-        self.next_btn = QPushButton("Next ›")
-        self.next_btn.setProperty("primary", True)
-        self.back_btn.clicked.connect(lambda: self.go(self.stack.currentIndex() - 1))
-        self.next_btn.clicked.connect(lambda: self.go(self.stack.currentIndex() + 1))
-        nav.addWidget(self.back_btn)
-        nav.addWidget(self.next_btn)
-        root.addLayout(nav)
-        self.setStyleSheet(radio_style())
-
-        for step in (self.model_step, self.method_step, self.calib_step, self.sens_step):
-            step.changed.connect(self._options_changed)
-        self.calib_step.file_edited.connect(self.update_calib_info)
-        self.sens_step.sens_btn.clicked.connect(self.start_sensitivity)
-        self.sens_step.use_rec_btn.clicked.connect(self.use_recommendation)
-        self.run_step.run_btn.clicked.connect(self.start_run)
-        self.run_step.save_btn.clicked.connect(self.choose_save_dir)
-        self.run_step.load_btn.clicked.connect(lambda: self.load_variant(self.run))
-        self.run_step.history_picked.connect(self.show_run)
+        self.outputs = QuantOutputs(self)  # Load and Save as (quantize_outputs.py)
+        quantize_layout.build(self)
         ctx.engine_host.models_changed.connect(self.set_models)
-        ctx.engine_host.load_finished.connect(self._on_variant_loaded)
         self.set_models(ctx.engine_host.models())
         self.refresh_history()
         self.go(0)
@@ -222,17 +145,12 @@ class QuantizePage(Page):
         self.sens_step.sens_btn.setEnabled(not self.busy() and local)
         self.plan_label.setText(f"{plan.model_name}: {plan.describe()}")
         self.run_step.show_plan(plan)
+        # a stored result of this plan is offered, unless it is the one just measured
         known = self.store.find(plan.key()) if local else None
-        known_label = self.run_step.known_label
-        if known is not None and known.key == self._fresh_key:
-            known_label.setText("")
-        elif known is not None and not self.busy():
-            known_label.setText(f"Already measured on {known.created[:16].replace('T', ' ')}"
-                                " UTC: the result is shown below. Run again to re-measure.")
-            if self.run is None or self.run.key != known.key:
-                self.show_run(known)
-        else:
-            known_label.setText("")
+        offer = known is not None and known.key != self._fresh_key and not self.busy()
+        self.run_step.known_label.setText(known_text(known) if offer else "")
+        if offer and (self.run is None or self.run.key != known.key):
+            self.show_run(known)
 
     def _head_share(self, model_dir: str) -> float | None:
         """The head's share of the chosen model's weights (headers only; remembered)."""
@@ -251,23 +169,17 @@ class QuantizePage(Page):
             needs = True  # the auto recipe calibrates every method
         except ValueError:
             needs = self.method() == "w8a8-static" or self.method_step.sq_check.isChecked()
-        step.calib_note.setText(
-            "Activation ranges, per-layer SmoothQuant and error-compensating rounding are "
-            "chosen on this text." if needs else "Error-compensating rounding uses this text.")
+        step.calib_note.setText(calib_note(needs))
         try:
             path = step.file()
         except ValueError:
             step.calib_info.setText("Choose a file.")
             return
         if path is not None and self.remote.active():
-            step.calib_info.setText("Read on the server when the run starts (a path under its "
-                                    "roots).")
+            step.calib_info.setText(CALIB_REMOTE_TEXT)
             return
         if path is None:
-            step.calib_info.setText("16 samples of 128 tokens (256 for w8a8-static), sampled "
-                                    "from the model after BOS "
-                                    "and a few neutral chat prompts: text in the model's own "
-                                    "language and format, never the evaluation text.")
+            step.calib_info.setText(CALIB_BUILTIN_TEXT)
             return
         self._calib_gen += 1
         gen, samples, seq = self._calib_gen, step.samples.value(), step.seq_len.value()
@@ -276,10 +188,7 @@ class QuantizePage(Page):
 
         def done(summary) -> None:
             if gen == self._calib_gen:
-                docs, words = summary
-                step.calib_info.setText(f"{docs} documents, about {words:,} words. Up to "
-                                        f"{samples} samples of {seq} tokens are cut from it "
-                                        "evenly.")
+                step.calib_info.setText(calib_summary_text(summary, samples, seq))
 
         def failed(message: str) -> None:
             if gen == self._calib_gen:
@@ -314,7 +223,7 @@ class QuantizePage(Page):
         except ValueError as exc:
             panel.finish(str(exc))
             return None
-        job = self._start_job(lambda r: run_sensitivity(plan, _events(r), r.cancel),
+        job = self._start_job(lambda r: run_sensitivity(plan, events(r), r.cancel),
                               "sensitivity", panel)
         if job is None:
             return None
@@ -340,7 +249,7 @@ class QuantizePage(Page):
             return None
         if self.remote.active():
             return self.remote.start(plan, panel)
-        job = self._start_job(lambda r: run_plan(plan, _events(r), r.cancel), "quantize",
+        job = self._start_job(lambda r: run_plan(plan, events(r), r.cancel), "quantize",
                               panel)
         if job is None:
             return None
@@ -355,9 +264,7 @@ class QuantizePage(Page):
         self.store.add(run)
         self.refresh_history()
         self.show_run(run)
-        self.run_step.run_progress.finish(
-            f"Done in {run.seconds:.0f} s: {run.quantized_layers} layers int8, "
-            f"{run.skipped_layers} float. Saved to {run.out_dir}")
+        self.run_step.run_progress.finish(done_text(run))
         if self.auto_load.isChecked():
             self.load_variant(run)
 
@@ -369,71 +276,17 @@ class QuantizePage(Page):
     def refresh_history(self) -> None:
         self.run_step.show_history(self.store.load())
 
-    def variant_name(self, run: QuantRun) -> str:
-        base = f"{run.plan['model_name']}-{run.plan['method']}"
-        names = {m.name for m in self.ctx.engine_host.models()}
-        name, i = base, 2
-        while name in names:
-            name, i = f"{base}-{i}", i + 1
-        return name
+    # Load and Save as: quantize_outputs.py
+
+    @property
+    def loaded_variant(self) -> str | None:
+        return self.outputs.loaded_variant
 
     def load_variant(self, run: QuantRun | None) -> str | None:
-        if run is None:
-            return None
-        if run.key.startswith("remote:"):  # an output on the server: loaded there
-            self.remote.load_output(run.out_dir)
-            return None
-        status = self.run_step.save_status
-        for m in self.ctx.engine_host.models():
-            if Path(m.path) == Path(run.out_dir):
-                status.setText(f"Already loaded as '{m.name}': pick it in Chat.")
-                self.loaded_variant = m.name
-                return m.name
-        name = self.variant_name(run)
-        job = self.ctx.engine_host.load(run.out_dir, name=name)
-        self._load_job_id = job.job_id
-        status.setText(f"Loading '{name}' into the engine…")
-        return name
-
-    def _on_variant_loaded(self, job_id: int, info, error: str) -> None:
-        if job_id != self._load_job_id:
-            return
-        self._load_job_id = None
-        status = self.run_step.save_status
-        if error:
-            status.setText(f"⚠ Loading failed: {error}")
-        else:
-            self.loaded_variant = info.name if info is not None else None
-            status.setText(f"Loaded as '{self.loaded_variant}' next to the float model: "
-                           "compare them in Chat (A/B).")
-
-    def choose_save_dir(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Save the quantized model into (a new "
-                                                "folder is created inside)")
-        if path and self.run is not None:
-            fmt = self.run_step.fmt_box.currentData()
-            self.save_as(fmt, str(Path(path) / f"{Path(self.run.out_dir).name}-{fmt}"))
+        return self.outputs.load(run)
 
     def save_as(self, fmt: str, dest: str) -> BackgroundJob | None:
-        run, status = self.run, self.run_step.save_status
-        if run is None:
-            return None
-        if fmt == "compressed-tensors" and run.plan["method"] == "w8a16":
-            status.setText("⚠ compressed-tensors is for W8A8 only (vLLM has no W8A16 mapping): "
-                           "choose native or msModelSlim.")
-            return None
-        if fmt != "native" and (run.int8_head or run.plan.get("int8_head") is True):
-            status.setText("⚠ This run has an int8 lm_head and embeddings, which vLLM and "
-                           "vllm-ascend read in float: save it as native, or run again with "
-                           "lm_head and embeddings in int8 set to off.")
-            return None
-        job = self._start_job(lambda r: export_run(run, fmt, dest, _events(r)), "export",
-                              self.run_step.run_progress)
-        if job is None:
-            return None
-        job.finished.connect(lambda p: status.setText(f"Saved {fmt} to {p}"))
-        job.failed.connect(lambda msg: status.setText(f"⚠ Saving failed: {msg}"))
-        return job
+        return self.outputs.save_as(fmt, dest)
 
     def activated(self) -> None:
         self.remote.show_focus()

@@ -8,9 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from npu_console.console.engines import host_label
-from npu_console.console.pages.quantize_steps import card_title
 from npu_console.console.quant_runs import QuantPlan, QuantRun, recipe_rows, verdict
-from npu_console.console.widgets.basic import Badge, card, fmt_bytes, muted
+from npu_console.console.widgets.basic import Badge, card, card_title, fmt_bytes, muted
 from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -91,6 +90,17 @@ class RunStep(QWidget):
         vrow.addWidget(self.verdict_badge)
         vrow.addWidget(self.verdict, 1)
         rv.addLayout(vrow)
+        rv.addWidget(self._build_compare_table())
+        rv.addLayout(self._build_save_row())
+        self.save_status = muted("")
+        self.save_status.setWordWrap(True)
+        self.save_status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        rv.addWidget(self.save_status)
+        rv.addStretch(1)
+        return runc
+
+    def _build_compare_table(self) -> QTableWidget:
+        """Float vs INT8, a row per measure, sized to show every row."""
         self.table = QTableWidget(len(ROWS), 3)
         self.table.setHorizontalHeaderLabels(["Float", "INT8", "Change"])
         self.table.setVerticalHeaderLabels(ROWS)
@@ -105,7 +115,10 @@ class RunStep(QWidget):
         self.table.setSelectionMode(QAbstractItemView.NoSelection)
         self.table.verticalHeader().setDefaultSectionSize(28)
         self.table.setFixedHeight(32 + len(ROWS) * 28 + 6)
-        rv.addWidget(self.table)
+        return self.table
+
+    def _build_save_row(self) -> QHBoxLayout:
+        """Save in a format, Load into the engine."""
         srow = QHBoxLayout()
         self.fmt_box = QComboBox()
         for key, label in FORMAT_LABELS.items():
@@ -119,13 +132,7 @@ class RunStep(QWidget):
         srow.addWidget(self.save_btn)
         srow.addStretch(1)
         srow.addWidget(self.load_btn)
-        rv.addLayout(srow)
-        self.save_status = muted("")
-        self.save_status.setWordWrap(True)
-        self.save_status.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        rv.addWidget(self.save_status)
-        rv.addStretch(1)
-        return runc
+        return srow
 
     def _build_history_card(self) -> QWidget:
         hist = card()

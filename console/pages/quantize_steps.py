@@ -6,43 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.quant_runs import METHOD_LABELS, PRESET_LABELS
-from npu_console.console.widgets.bars import BarChart
-from npu_console.console.widgets.basic import card, muted, spin
-from npu_console.console.widgets.job_progress import JobProgress
-from npu_console.engine.quant.head import HEAD_MODES, head_mode, recommended
+from npu_console.console.pages import quantize_steps_layout as layout
+from npu_console.console.widgets.basic import card_title, muted
+from npu_console.engine.quant.head import head_mode, recommended
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QButtonGroup,
-    QCheckBox,
-    QComboBox,
-    QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QPushButton,
-    QRadioButton,
-    QVBoxLayout,
-    QWidget,
-)
-
-METHOD_NOTES = {"w8a16": "int8 weights, 16-bit activations: the safest; memory-bound decode "
-                         "gets faster",
-                "w8a8-dynamic": "int8 weights and per-token int8 activations, no calibration",
-                "w8a8-static": "per-tensor int8 activation scales from calibration data"}
-
-
-def card_title(text: str) -> QLabel:
-    t = QLabel(text)
-    t.setObjectName("CardTitle")
-    return t
-
-
-def _padded(widget: QWidget) -> QVBoxLayout:
-    lay = QVBoxLayout(widget)
-    lay.setContentsMargins(16, 12, 16, 12)
-    return lay
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QWidget
 
 
 class ModelStep(QWidget):
@@ -53,29 +21,12 @@ class ModelStep(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.folder: str | None = None
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        w = card()
-        outer.addWidget(w)
-        lay = _padded(w)
+        lay = layout.single_card(self)
         lay.addWidget(card_title("1 · Which float model?"))
         lay.addWidget(muted("Quantize a model that is loaded in the engine, or any Hugging Face "
                             "model folder on disk. The float model stays loaded; the INT8 result "
                             "is added next to it as a second variant."))
-        form = QFormLayout()
-        self.model_box = QComboBox()
-        self.model_box.setMinimumWidth(360)
-        self.model_box.currentIndexChanged.connect(self._model_changed)
-        row = QHBoxLayout()
-        row.addWidget(self.model_box, 1)
-        self.folder_btn = QPushButton("Folder…")
-        self.folder_btn.clicked.connect(self.choose_folder)
-        row.addWidget(self.folder_btn)
-        form.addRow("Model", row)
-        self.model_info = muted("")
-        self.model_info.setWordWrap(True)
-        form.addRow("", self.model_info)
-        lay.addLayout(form)
+        lay.addLayout(layout.model_form(self))
         lay.addStretch(1)
         self._models: list = []
         self._model_changed()
@@ -128,69 +79,10 @@ class MethodStep(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(10)
-        mcard = card()
-        m = _padded(mcard)
-        m.addWidget(card_title("2 · Method"))
-        self.method_group = QButtonGroup(self)
-        self.method_buttons: dict[str, QRadioButton] = {}
-        for key, label in METHOD_LABELS.items():
-            b = QRadioButton(label)
-            self.method_group.addButton(b)
-            self.method_buttons[key] = b
-            m.addWidget(b)
-            note = muted(METHOD_NOTES[key])
-            note.setWordWrap(True)
-            note.setContentsMargins(22, 0, 0, 4)
-            m.addWidget(note)
-        self.method_buttons["w8a8-dynamic"].setChecked(True)
-        sq = QHBoxLayout()
-        self.sq_check = QCheckBox("SmoothQuant, α")
-        self.sq_alpha = spin(0.0, 1.0, 0.5, step=0.05)
-        sq.addWidget(self.sq_check)
-        sq.addWidget(self.sq_alpha)
-        sq.addStretch(1)
-        m.addLayout(sq)
-        m.addStretch(1)
-        lay.addWidget(mcard, 1)
-
-        pcard = card()
-        p = _padded(pcard)
-        p.addWidget(card_title("Layers"))
-        self.preset_group = QButtonGroup(self)
-        self.preset_buttons: dict[str, QRadioButton] = {}
-        for key, label in PRESET_LABELS.items():
-            b = QRadioButton(label)
-            self.preset_group.addButton(b)
-            self.preset_buttons[key] = b
-            p.addWidget(b)
-        self.preset_buttons["all"].setChecked(True)
-        self.skip_edit = QLineEdit()
-        self.skip_edit.setPlaceholderText("*.down_proj, model.layers.0.*, re:layers\\.1\\.")
-        p.addWidget(self.skip_edit)
-        p.addWidget(QLabel("lm_head and embeddings in int8"))
-        self.head_box = QComboBox()
-        # the auto entry's text is long: the card's width decides, not the text
-        self.head_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.head_box.setMinimumContentsLength(24)
-        for mode in HEAD_MODES:
-            self.head_box.addItem(mode, mode)
-        self.head_box.setToolTip(
-            "Stores the vocabulary matrix in int8 too (weight-only). On Qwen2.5-0.5B (a "
-            "136M-entry vocabulary matrix in a 494M model) that is 0.50x bf16's memory instead "
-            "of 0.64x, and CPU decode ~1.5x faster (docs/benchmarks.md). Kept in the console's "
-            "own format: vLLM and vllm-ascend read lm_head and embeddings in float.")
-        p.addWidget(self.head_box)
-        head_note = muted("auto: int8 when the head is at least 15 % of the weights (small "
-                          "models with large vocabularies: a fifth to a half less memory, "
-                          "faster decode), float for w8a8-static; the result table shows "
-                          "what the int8 head alone costs. Saved in the console's own format "
-                          "only.")
-        head_note.setWordWrap(True)
-        p.addWidget(head_note)
+        lay.addWidget(layout.method_card(self), 1)
+        lay.addWidget(layout.layers_card(self), 1)
         self._head_share: float | None = None
         self.set_head_share(None)
-        p.addStretch(1)
-        lay.addWidget(pcard, 1)
         for b in list(self.method_buttons.values()) + list(self.preset_buttons.values()):
             b.toggled.connect(self._on_edit)
         self.sq_check.toggled.connect(self._on_edit)
@@ -270,41 +162,7 @@ class CalibStep(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        w = card()
-        outer.addWidget(w)
-        lay = _padded(w)
-        lay.addWidget(card_title("3 · Calibration data"))
-        self.calib_note = muted("Activation ranges, per-layer SmoothQuant and error-compensating "
-                                "rounding are chosen on this text.")
-        self.calib_note.setWordWrap(True)
-        lay.addWidget(self.calib_note)
-        self.calib_builtin = QRadioButton("Text the model writes itself (sampled once, then cached)")
-        self.calib_file_radio = QRadioButton("A file (.txt paragraphs or .jsonl {\"text\": …})")
-        self.calib_builtin.setChecked(True)
-        lay.addWidget(self.calib_builtin)
-        frow = QHBoxLayout()
-        frow.addWidget(self.calib_file_radio)
-        self.calib_path = QLineEdit()
-        self.calib_path.setPlaceholderText("path to a calibration file")
-        self.calib_browse = QPushButton("Browse…")
-        self.calib_browse.clicked.connect(self.choose_file)
-        frow.addWidget(self.calib_path, 1)
-        frow.addWidget(self.calib_browse)
-        lay.addLayout(frow)
-        # how much of a file is cut into samples; the model's own text has a fixed size
-        self.file_sizes = QFormLayout()
-        self.samples = spin(1, 4096, 64)
-        self.seq_len = spin(8, 8192, 256)
-        self.file_sizes.addRow("Samples", self.samples)
-        self.file_sizes.addRow("Tokens per sample", self.seq_len)
-        lay.addLayout(self.file_sizes)
-        self._show_file_sizes(False)
-        self.calib_info = QLabel("")
-        self.calib_info.setWordWrap(True)
-        lay.addWidget(self.calib_info)
-        lay.addStretch(1)
+        layout.calib_card(self)
         for sig in (self.calib_builtin.toggled, self.calib_path.editingFinished,
                     self.samples.valueChanged, self.seq_len.valueChanged):
             sig.connect(self.file_edited)
@@ -355,48 +213,8 @@ class SensitivityStep(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(10)
-        left = card()
-        lv = _padded(left)
-        lv.addWidget(card_title("4 · Sensitivity (optional)"))
-        text = muted("Quantizes one layer at a time and measures how far the output "
-                     "distribution moves (KL). Then skips the most sensitive layers until the "
-                     "perplexity stays within the quality budget.")
-        text.setWordWrap(True)
-        lv.addWidget(text)
-        form = QFormLayout()
-        self.budget = spin(0.0, 100.0, 2.0, " % perplexity", decimals=1)
-        self.budget.valueChanged.connect(self.changed)
-        form.addRow("Quality budget", self.budget)
-        self.fit_check = QCheckBox("Keep sensitive layers float to meet the budget")
-        self.fit_check.setToolTip(
-            "While quantizing, measure perplexity and put the layers with the largest output "
-            "error back to float until the loss is within the budget (at least 85% of linear "
-            "weights stay int8), as `npu-console quantize --budget`")
-        self.fit_check.toggled.connect(self.changed)
-        form.addRow("", self.fit_check)
-        lv.addLayout(form)
-        self.sens_btn = QPushButton("Analyse sensitivity")
-        lv.addWidget(self.sens_btn)
-        self.sens_progress = JobProgress("Skip this step if you already know what to keep float.")
-        lv.addWidget(self.sens_progress)
-        self.rec_label = QLabel("")
-        self.rec_label.setWordWrap(True)
-        self.rec_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        lv.addWidget(self.rec_label)
-        self.use_rec_btn = QPushButton("Use this skip list")
-        self.use_rec_btn.setEnabled(False)
-        lv.addWidget(self.use_rec_btn)
-        lv.addStretch(1)
-        lay.addWidget(left, 2)
-        right = card()
-        rv = QVBoxLayout(right)
-        rv.setContentsMargins(8, 8, 8, 8)
-        self.sens_chart = BarChart("Per-layer sensitivity, most sensitive first", "KL")
-        rv.addWidget(self.sens_chart)
-        self.sens_empty = muted("The chart appears after an analysis.")
-        self.sens_empty.setAlignment(Qt.AlignCenter)
-        rv.addWidget(self.sens_empty)
-        lay.addWidget(right, 3)
+        lay.addWidget(layout.sensitivity_card(self), 2)
+        lay.addWidget(layout.sensitivity_chart(self), 3)
 
     def show_result(self, res) -> None:
         """An engine.quant.analysis.SensitivityResult: the chart, the recommendation."""
