@@ -4,11 +4,37 @@ The Chat page is a view bound to it: it draws the panes and hands the requests t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from npu_console.console.chat_store import ChatStore, Conversation, Message, Pane
 
 TITLE_CHARS = 48
+
+
+@dataclass
+class LiveReply:
+    """A reply streaming into pane `pane`; `bubble` is whatever draws it (the Chat page's
+    message bubble; opaque here)."""
+
+    pane: int
+    message: Message
+    bubble: Any = None
+    thinking_since: float | None = None  # the clock at the first reasoning text
+
+    def add_reasoning(self, text: str, n_tokens: int, now: float) -> dict[str, Any]:
+        """A reasoning model's thinking so far; returns what the Thinking block shows live."""
+        if self.thinking_since is None:
+            self.thinking_since = now
+        self.message.reasoning += text
+        return {"reasoning_tokens": n_tokens, "reasoning_s": now - self.thinking_since}
+
+    def finish(self, fin: Any) -> None:
+        """Record the FinishEvent: the stats, and the model that answered (a server's reply
+        keeps its "model @ host" label)."""
+        self.message.stats = reply_stats(fin)
+        if not (self.message.model or "").startswith(f"{fin.model} @ "):
+            self.message.model = fin.model or self.message.model
 
 
 class ChatSession:
@@ -47,6 +73,13 @@ class ChatSession:
             out.append((i, reply, GenerationRequest(messages=history, params=params,
                                                     model=pane.model)))
         return out
+
+    def add_reply(self, pane: int, reply: Message, error: str | None = None) -> None:
+        """A turn's reply joins its pane once its request is accepted; a refused request's
+        joins too, finished with the error."""
+        if error is not None:
+            reply.stats = {"finish": "error", "error": error}
+        self.conv.panes[pane].messages.append(reply)
 
     def drop_last_replies(self) -> bool:
         """Remove each pane's last reply (regenerate); True when a user turn is left to answer."""

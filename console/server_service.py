@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -171,3 +172,14 @@ class ServerService:
     def _log_entry(self, entry: Any) -> None:
         for fn in list(self._log_listeners):
             fn(entry)
+
+
+def log_cells(e: Any) -> tuple[str, ...]:
+    """A RequestLogEntry as the request log's row says it: time, route, status, model, tokens
+    (prompt → completion), TTFT and duration."""
+    tokens = "" if e.completion_tokens is None else \
+        f"{e.prompt_tokens or 0} → {e.completion_tokens}"
+    return (time.strftime("%H:%M:%S", time.localtime(e.time)), f"{e.method} {e.route}",
+            str(e.status), e.model or "", tokens,
+            "" if e.ttft_s is None else f"{e.ttft_s * 1000:.0f} ms",
+            f"{e.duration_s * 1000:.0f} ms")

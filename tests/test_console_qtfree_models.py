@@ -6,8 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
+from npu_console.console import demo_feed
 from npu_console.console.bench_history import (
     BenchHistory,
     offline_options,
@@ -17,9 +19,10 @@ from npu_console.console.bench_history import (
     serving_summary,
 )
 from npu_console.console.bench_store import BenchRecord, BenchStore
-from npu_console.console.chat_session import ChatSession, reply_stats
-from npu_console.console.chat_store import ChatStore
-from npu_console.console.server_service import AdvancedOptions, ServerService
+from npu_console.console.chat_session import ChatSession, LiveReply, reply_stats
+from npu_console.console.chat_store import ChatStore, Message
+from npu_console.console.server_service import AdvancedOptions, ServerService, log_cells
+from npu_console.console.variants import variant_name
 
 
 class _Keys:
@@ -43,7 +46,8 @@ class _Engine:
 
 def test_the_models_import_without_qt():
     code = ("import sys, npu_console.console.server_service, npu_console.console.bench_history,"
-            " npu_console.console.threads, npu_console.console.chat_session;"
+            " npu_console.console.threads, npu_console.console.chat_session,"
+            " npu_console.console.demo_feed, npu_console.console.variants;"
             "bad=[m for m in sys.modules if m.split('.')[0] in ('PySide6','pyqtgraph','qasync')];"
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -202,3 +206,75 @@ def test_reply_stats_from_a_finish_event():
                       ttft_s=0.5, e2e_s=1.5, tpot_s=0.1, itl_s=()), "m")
     st = reply_stats(fin)
     assert st["tokens_per_s"] == 10.0 and st["finish"] == "stop" and "reasoning_tokens" not in st
+
+
+def _fin(model="m", error=None, reasoning=None, first_answer_s=None):
+    from npu_console.engine.runtime.types import FinishEvent, RequestTimings, Usage
+
+    return FinishEvent("r", "error" if error else "stop", Usage(5, 11, reasoning_tokens=reasoning),
+                       RequestTimings(arrival=0.0, queue_s=0.0, ttft_s=0.5, e2e_s=1.5,
+                                      tpot_s=0.1, itl_s=(), first_answer_s=first_answer_s),
+                       model, error)
+
+
+def test_a_live_reply_keeps_its_thinking_time_and_what_answered():
+    live = LiveReply(1, Message("assistant", "", model="smollm2 @ 10.0.0.5:8000"))
+    assert live.add_reasoning("Hm", 1, now=10.0) == {"reasoning_tokens": 1, "reasoning_s": 0.0}
+    assert live.add_reasoning(", so", 3, now=12.5)["reasoning_s"] == 2.5
+    assert live.message.reasoning == "Hm, so"
+    live.finish(_fin("smollm2"))
+    assert live.message.model == "smollm2 @ 10.0.0.5:8000"  # the server's label stays
+    assert live.message.stats["completion_tokens"] == 11
+    local = LiveReply(0, Message("assistant", "", model=None))
+    local.finish(_fin("stories"))
+    assert local.message.model == "stories"
+
+
+def test_a_refused_reply_joins_its_pane_with_the_error(tmp_path):
+    s = ChatSession(ChatStore(tmp_path))
+    s.add_user_turn("hi")
+    s.add_reply(0, Message("assistant", ""), "server gone")
+    assert s.conv.panes[0].messages[-1].stats == {"finish": "error", "error": "server gone"}
+
+
+def test_a_new_variant_gets_a_name_no_loaded_one_has(tmp_path):
+    folder = SimpleNamespace(path=str(tmp_path / "smollm2"), source_format="hf")
+    gguf = SimpleNamespace(path=str(tmp_path / "qwen.Q8_0.gguf"), source_format="gguf")
+    assert variant_name(folder, []) == "smollm2"
+    assert variant_name(folder, ["smollm2", "smollm2-2"]) == "smollm2-3"
+    assert variant_name(gguf, {"x"}) == "qwen.Q8_0"
+
+
+def test_demo_tiles_from_chips_or_the_host():
+    chip = SimpleNamespace(kind="npu", util_pct=40.0, mem_used_mb=2048, mem_total_mb=65536,
+                           name="910B")
+    snap = SimpleNamespace(devices=[chip, SimpleNamespace(**{**vars(chip), "util_pct": 60.0})],
+                           source="replay", host=None)
+    t = demo_feed.tiles(snap)
+    assert (t.load_label, t.load, t.memory_label) == ("NPU LOAD", ("50", "% · 2 cards"), "HBM")
+    assert t.memory == ("4", "of 128 GB") and t.device == "2 × 910B · replay"
+    host = SimpleNamespace(cpu_pct=12.4, mem_used_mb=None, mem_total_mb=None)
+    t = demo_feed.tiles(SimpleNamespace(devices=[], source="live", host=host))
+    assert (t.load_label, t.load, t.memory) == ("CPU LOAD", ("12", "%"), None)
+    assert demo_feed.tiles(SimpleNamespace(devices=[], source="live", host=None)) is None
+
+
+def test_demo_requests_and_the_line_under_an_answer():
+    plain = demo_feed.request("hi", "a", reasoner=False)
+    chat = demo_feed.request("hi", "b", reasoner=True)
+    assert plain.prompt == "hi" and plain.messages is None and plain.params.max_tokens == 96
+    assert chat.messages == [{"role": "user", "content": "hi"}] and chat.prompt is None
+    assert chat.params.max_tokens == 256 and chat.params.temperature == 0.0
+    assert demo_feed.finish_lines(_fin()) == ["\n— 11 tokens · 10 tok/s · TTFT 500 ms"]
+    lines = demo_feed.finish_lines(_fin(error="boom", reasoning=4, first_answer_s=0.25))
+    assert lines == ["\n— thought for 4 tokens · first answer token 250 ms", "\n⚠ boom"]
+
+
+def test_a_request_log_row_in_words():
+    e = SimpleNamespace(time=0.0, method="POST", route="/v1/chat/completions", status=200,
+                        model="m", prompt_tokens=None, completion_tokens=7, ttft_s=0.0123,
+                        duration_s=0.5)
+    cells = log_cells(e)
+    assert cells[1:] == ("POST /v1/chat/completions", "200", "m", "0 → 7", "12 ms", "500 ms")
+    assert log_cells(SimpleNamespace(**{**vars(e), "completion_tokens": None, "ttft_s": None,
+                                        "model": None}))[3:6] == ("", "", "")

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
-from npu_console.console.chat_session import ChatSession, reply_stats
-from npu_console.console.chat_store import Message, export
+from npu_console.console.chat_session import ChatSession, LiveReply
+from npu_console.console.chat_store import export
 from npu_console.console.engines import LOCAL, ModelChoice
 from npu_console.console.pages import chat_layout
 from npu_console.console.pages.base import Page
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QComboBox,
-    QFileDialog,
-    QListWidgetItem,
-)
+from PySide6.QtWidgets import QComboBox
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Live:
-    pane: int
-    message: Message
-    bubble: object
-    thinking_since: float | None = None  # GUI clock at the first reasoning text
 
 
 class ChatPage(Page):
@@ -37,23 +23,14 @@ class ChatPage(Page):
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
         self.session = ChatSession()  # the Qt-free model: the conversation, its store, requests
-        self.live: dict[str, _Live] = {}
+        self.live: dict[str, LiveReply] = {}  # the replies streaming, by request id
         # a message sent while the first model loads waits here (already in the transcript)
         # and goes out when a model is ready
         self.held = False
         self.models: list = []  # the console's own (ModelInfo)
         self.choices: list = []  # what the model boxes offer (ModelChoice), servers' too
         chat_layout.build(self)
-        bridge = ctx.bridge
-        bridge.reasoning.connect(self.on_reasoning)
-        bridge.tokens.connect(self.on_tokens)
-        bridge.finished.connect(self.on_finished)
-        ctx.engine_host.models_changed.connect(self.set_models)
-        ctx.loads.subscribe("changed", lambda _loads: (self._show_load(), self._update_buttons()))
-        ctx.loads.subscribe("ended", self._load_ended)
-        ctx.remote.changed.connect(self._servers_changed)  # a server's models are offered too
-        self.model_a.currentTextChanged.connect(lambda _name: self._update_context())
-        self.model_a.currentIndexChanged.connect(lambda _i: self._show_source())
+        chat_layout.listen(self)
         self.refresh_list()
         self._update_buttons()
 
@@ -64,21 +41,7 @@ class ChatPage(Page):
         (a box's item data is its ModelChoice: the engine and the model name)."""
         self.models = list(models)
         self.choices = self.ctx.engines.choices(self.models)
-        names = [c.label for c in self.choices]
-        for box, fallback in ((self.model_a, 0), (self.model_b, 1)):
-            cur = box.currentText()
-            box.blockSignals(True)
-            box.clear()
-            for c in self.choices:
-                box.addItem(c.label, c)
-            if cur in names:
-                box.setCurrentText(cur)
-            elif names:
-                box.setCurrentIndex(min(fallback, len(names) - 1))
-            box.blockSignals(False)
-        self.transcripts[0].set_placeholder(
-            "Send a message to start." if names else
-            "No model loaded yet: load one on the Models page.")
+        chat_layout.fill_model_boxes(self, self.choices)
         self._update_context()
         self._update_buttons()
         if self.held and self.choices:
@@ -110,8 +73,7 @@ class ChatPage(Page):
         return data
 
     def set_ab(self, on: bool) -> None:
-        self.model_b.setEnabled(on)
-        self.transcripts[1].setVisible(on)
+        chat_layout.show_ab(self, on)
         if on:
             half = max(200, self.panes_split.width() // 2)
             self.panes_split.setSizes([half, half])
@@ -119,7 +81,7 @@ class ChatPage(Page):
         # B starts from the same history as A so both sides answer the same conversation
         self.session.set_ab(on, self.model_b.currentText() or None)
         if on and had < 2:
-            self._render_pane(1)
+            chat_layout.render_pane(self, self.conv, 1)
         elif not on and had > 1:
             self.transcripts[1].clear()
 
@@ -154,14 +116,7 @@ class ChatPage(Page):
         return self._generate()
 
     def _show_load(self) -> None:
-        """The load in flight (stage, percent) above the input; hidden when none."""
-        load = self.ctx.loads.current()
-        self.load_row.setVisible(load is not None)
-        if load is None:
-            return
-        held = " · your message is sent when it is ready" if self.held else ""
-        self.load_label.setText(load.text() + held)
-        self.load_bar.setValue(load.percent)
+        chat_layout.show_load(self, self.ctx.loads.current(), self.held)
 
     def _load_ended(self, ended) -> None:
         if not ended.error or not self.held or self.ctx.loads.loading or self.choices:
@@ -183,7 +138,6 @@ class ChatPage(Page):
         ids = []
         for i, reply, request in self.session.turn_requests(self.sampling.values(), params,
                                                              models):
-            pane = self.conv.panes[i]
             target = picked[i].target if picked[i] else LOCAL
             if target != LOCAL:
                 reply.model = picked[i].label  # the bubble says which server answered
@@ -194,15 +148,14 @@ class ChatPage(Page):
                                       "connected: pick another model")
                 rid = self.ctx.bridge.submit(request, engine=engine)
             except EngineError as exc:
-                reply.stats = {"finish": "error", "error": exc.message}
-                pane.messages.append(reply)
+                self.session.add_reply(i, reply, exc.message)
                 self.transcripts[i].add(reply)
                 self.error_label.setText(exc.message)
                 continue
-            pane.messages.append(reply)
+            self.session.add_reply(i, reply)
             bubble = self.transcripts[i].add(reply)
             bubble.render(streaming=True)
-            self.live[rid] = _Live(i, reply, bubble)
+            self.live[rid] = LiveReply(i, reply, bubble)
             ids.append(rid)
         self._update_buttons()
         self.save()
@@ -220,21 +173,14 @@ class ChatPage(Page):
         live = self.live.get(rid)
         if live is None:
             return
-        now = time.monotonic()
-        if live.thinking_since is None:
-            live.thinking_since = now
-        live.message.reasoning += text
-        live.bubble.thinking_live = {"reasoning_tokens": n_tokens,
-                                     "reasoning_s": now - live.thinking_since}
+        live.bubble.thinking_live = live.add_reasoning(text, n_tokens, time.monotonic())
         live.bubble.render(streaming=True)
 
     def on_finished(self, rid: str, fin) -> None:
         live = self.live.pop(rid, None)
         if live is None:
             return
-        live.message.stats = reply_stats(fin)
-        if not (live.message.model or "").startswith(f"{fin.model} @ "):
-            live.message.model = fin.model or live.message.model
+        live.finish(fin)
         if fin.error:
             self.error_label.setText(fin.error)
         live.bubble.render()
@@ -297,14 +243,7 @@ class ChatPage(Page):
         self.refresh_list()
 
     def refresh_list(self) -> None:
-        self.conv_list.clear()
-        for conv in self.store.list():
-            item = QListWidgetItem(conv.title)
-            item.setData(Qt.UserRole, conv.id)
-            item.setToolTip(conv.title)
-            self.conv_list.addItem(item)
-            if conv.id == self.conv.id:
-                item.setSelected(True)
+        chat_layout.fill_conversations(self, self.store.list(), self.conv.id)
 
     def open_conversation(self, conv_id: str) -> None:
         if self.busy():
@@ -314,34 +253,11 @@ class ChatPage(Page):
         except (OSError, ValueError, KeyError) as exc:
             self.error_label.setText(f"Could not open the chat: {exc}")
             return
-        ab = len(self.conv.panes) > 1
-        self.ab_check.blockSignals(True)
-        self.ab_check.setChecked(ab)
-        self.ab_check.blockSignals(False)
-        self.model_b.setEnabled(ab)
-        self.transcripts[1].setVisible(ab)
-        if self.conv.params or self.conv.system_prompt:
-            self.sampling.apply_values({**self.conv.params,
-                                        "system_prompt": self.conv.system_prompt})
-        for i in range(2):
-            self._render_pane(i)
-
-    def _render_pane(self, i: int) -> None:
-        t = self.transcripts[i]
-        t.clear()
-        if i < len(self.conv.panes):
-            for m in self.conv.panes[i].messages:
-                t.add(m)
+        chat_layout.show_conversation(self, self.conv)
 
     def choose_export(self, suffix: str) -> None:
-        dialog = QFileDialog(self, "Export conversation")
-        dialog.setAcceptMode(QFileDialog.AcceptSave)
-        dialog.setDefaultSuffix(suffix.lstrip("."))
-        dialog.setNameFilters(["Markdown (*.md)"] if suffix == ".md" else ["JSON (*.json)"])
-        dialog.selectFile(f"chat-{self.conv.id}{suffix}")
-        dialog.fileSelected.connect(lambda path: export(self.conv, path))
-        dialog.open()
-        self._dialog = dialog
+        self._dialog = chat_layout.export_dialog(self, suffix, f"chat-{self.conv.id}{suffix}",
+                                                 lambda path: export(self.conv, path))
 
     # ------------------------------------------------------------------ state
 
@@ -350,11 +266,7 @@ class ChatPage(Page):
     def _update_context(self) -> None:
         info = self._model_info(self.model_a.currentText())
         self.sampling.set_template_system(info.default_system_prompt if info else None)
-        total = info.max_context if info else 0
-        used = self._last_usage
-        self.ctx_gauge.setRange(0, max(1, total))
-        self.ctx_gauge.setValue(min(used, total) if total else 0)
-        self.ctx_label.setText(f"{used:,} / {total:,} tokens" if total else f"{used:,} / – tokens")
+        chat_layout.show_context(self, self._last_usage, info.max_context if info else 0)
 
     def _update_buttons(self) -> None:
         busy = self.busy()

@@ -10,9 +10,11 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
+    QListWidgetItem,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -171,3 +173,109 @@ def connect(page) -> None:
         sc = QShortcut(QKeySequence(seq), page)
         sc.setContext(Qt.WidgetWithChildrenShortcut)
         sc.activated.connect(fn)
+
+
+def listen(page) -> None:
+    """The bridge's streams, the engine's models, the loads and the servers to the page."""
+    ctx = page.ctx
+    ctx.bridge.reasoning.connect(page.on_reasoning)
+    ctx.bridge.tokens.connect(page.on_tokens)
+    ctx.bridge.finished.connect(page.on_finished)
+    ctx.engine_host.models_changed.connect(page.set_models)
+    ctx.loads.subscribe("changed", lambda _loads: (page._show_load(), page._update_buttons()))
+    ctx.loads.subscribe("ended", page._load_ended)
+    ctx.remote.changed.connect(page._servers_changed)  # a server's models are offered too
+    page.model_a.currentTextChanged.connect(lambda _name: page._update_context())
+    page.model_a.currentIndexChanged.connect(lambda _i: page._show_source())
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def fill_model_boxes(page, choices) -> None:
+    """Offer `choices` (ModelChoice, the item data) in both model boxes; each keeps its pick,
+    else A takes the first and B the second."""
+    names = [c.label for c in choices]
+    for box, fallback in ((page.model_a, 0), (page.model_b, 1)):
+        cur = box.currentText()
+        box.blockSignals(True)
+        box.clear()
+        for c in choices:
+            box.addItem(c.label, c)
+        if cur in names:
+            box.setCurrentText(cur)
+        elif names:
+            box.setCurrentIndex(min(fallback, len(names) - 1))
+        box.blockSignals(False)
+    page.transcripts[0].set_placeholder(
+        "Send a message to start." if names else
+        "No model loaded yet: load one on the Models page.")
+
+
+def show_ab(page, on: bool) -> None:
+    """Model B's box and the second transcript, for a chat of two panes."""
+    page.model_b.setEnabled(on)
+    page.transcripts[1].setVisible(on)
+
+
+def fill_conversations(page, convs, current_id: str) -> None:
+    """The saved chats, the open one selected."""
+    page.conv_list.clear()
+    for conv in convs:
+        item = QListWidgetItem(conv.title)
+        item.setData(Qt.UserRole, conv.id)
+        item.setToolTip(conv.title)
+        page.conv_list.addItem(item)
+        if conv.id == current_id:
+            item.setSelected(True)
+
+
+def show_context(page, used: int, total: int) -> None:
+    """The context gauge: tokens used of the model's context (0: not known)."""
+    page.ctx_gauge.setRange(0, max(1, total))
+    page.ctx_gauge.setValue(min(used, total) if total else 0)
+    page.ctx_label.setText(f"{used:,} / {total:,} tokens" if total else f"{used:,} / – tokens")
+
+
+def export_dialog(page, suffix: str, name: str, save) -> QFileDialog:
+    """A non-modal Save dialog for a Markdown (.md) or JSON export; `save(path)` writes it."""
+    dialog = QFileDialog(page, "Export conversation")
+    dialog.setAcceptMode(QFileDialog.AcceptSave)
+    dialog.setDefaultSuffix(suffix.lstrip("."))
+    dialog.setNameFilters(["Markdown (*.md)"] if suffix == ".md" else ["JSON (*.json)"])
+    dialog.selectFile(name)
+    dialog.fileSelected.connect(save)
+    dialog.open()
+    return dialog
+
+
+def show_load(page, load, held: bool) -> None:
+    """The load in flight (stage, percent) above the input; hidden when none."""
+    page.load_row.setVisible(load is not None)
+    if load is None:
+        return
+    suffix = " · your message is sent when it is ready" if held else ""
+    page.load_label.setText(load.text() + suffix)
+    page.load_bar.setValue(load.percent)
+
+
+def show_conversation(page, conv) -> None:
+    """An opened chat: A/B as it was saved, its sampling values, its panes' messages."""
+    ab = len(conv.panes) > 1
+    page.ab_check.blockSignals(True)
+    page.ab_check.setChecked(ab)
+    page.ab_check.blockSignals(False)
+    show_ab(page, ab)
+    if conv.params or conv.system_prompt:
+        page.sampling.apply_values({**conv.params, "system_prompt": conv.system_prompt})
+    for i in range(2):
+        render_pane(page, conv, i)
+
+
+def render_pane(page, conv, i: int) -> None:
+    """Transcript i drawn afresh from the conversation's pane i (empty when it has none)."""
+    t = page.transcripts[i]
+    t.clear()
+    if i < len(conv.panes):
+        for m in conv.panes[i].messages:
+            t.add(m)

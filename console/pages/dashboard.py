@@ -9,27 +9,12 @@ from __future__ import annotations
 import math
 
 from npu_console.console.engines import host_label
+from npu_console.console.pages import dashboard_layout as layout
 from npu_console.console.pages.base import Page
-from npu_console.console.pages.dashboard_fleet import FleetView
-from npu_console.console.widgets.basic import Banner, discard, muted, page_title
-from npu_console.console.widgets.chip_drawer import ChipDrawer
+from npu_console.console.widgets.basic import Banner, discard
 from npu_console.console.widgets.device_card import DeviceCard
-from npu_console.console.widgets.engine_panel import EnginePanel
-from npu_console.console.widgets.live_plot import LivePlot
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (
-    QComboBox,
-    QFileDialog,
-    QGridLayout,
-    QHBoxLayout,
-    QMessageBox,
-    QPushButton,
-    QScrollArea,
-    QSplitter,
-    QStackedWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("60 min", 3600))
 METRICS = (("AI Core / util %", "util_pct", "host:cpu_pct"), ("Memory %", "mem_pct", "host:mem_pct"),
@@ -51,103 +36,13 @@ class DashboardPage(Page):
         self.last_snapshot = None  # the snapshot on show (this machine's or a server's)
         self.local_snapshot = None  # this machine's latest
         self.local_source = "not started"
-        root = QVBoxLayout(self)
-        root.setContentsMargins(16, 12, 16, 12)
-        head = QHBoxLayout()
-        head.addWidget(page_title("Dashboard"))
-        self.source = muted("telemetry: not started")
-        head.addWidget(self.source, 1)
-        self.window_box = QComboBox()
-        for label, seconds in WINDOWS:
-            self.window_box.addItem(label, seconds)
-        self.window_box.setToolTip("History window of every plot")
-        self.replay_btn = QPushButton("Replay capture…")
-        self.replay_btn.setToolTip("Show saved `npu-smi info` captures instead of live data")
-        self.folder_btn = QPushButton("Folder…")
-        self.folder_btn.setToolTip("Replay a folder of captures: `npu-smi info` tables and their "
-                                   "`info -t` sub-commands (chip details)")
-        self.live_btn = QPushButton("Live")
-        self.live_btn.setToolTip("Back to live telemetry")
-        self.back_btn = QPushButton("← This machine")
-        self.back_btn.setToolTip("Show this machine's chips and engine again")
-        self.back_btn.hide()
-        head.addWidget(self.back_btn)
-        head.addWidget(muted("Window"))
-        head.addWidget(self.window_box)
-        head.addWidget(self.replay_btn)
-        head.addWidget(self.folder_btn)
-        head.addWidget(self.live_btn)
-        root.addLayout(head)
-        self.fleet = FleetView(self)  # the host strip; hidden until a server is attached
-        root.addWidget(self.fleet.strip)
-
-        self.banner_box = QVBoxLayout()
-        self.banner_box.setSpacing(4)
-        root.addLayout(self.banner_box)
-
-        split = QSplitter(Qt.Horizontal)
-        split.setChildrenCollapsible(False)
-        left = QWidget()
-        left_lay = QVBoxLayout(left)
-        left_lay.setContentsMargins(0, 0, 6, 0)
-        self.host_note = muted("")  # a drilled-in host that is lost: since when, next try
-        self.host_note.setWordWrap(True)
-        self.host_note.hide()
-        left_lay.addWidget(self.host_note)
-        self.empty = muted("Waiting for the first telemetry sample…")
-        self.empty.setAlignment(Qt.AlignCenter)
-        left_lay.addWidget(self.empty)
-        self.cards_host = QWidget()
-        self.cards_grid = QGridLayout(self.cards_host)
-        self.cards_grid.setContentsMargins(0, 0, 0, 0)
-        self.cards_grid.setSpacing(8)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setWidget(self.cards_host)
-        left_lay.addWidget(scroll, 3)
-        hist_head = QHBoxLayout()
-        hist_head.addWidget(muted("Device history"))
-        hist_head.addStretch(1)
-        self.metric_box = QComboBox()
-        for label, key, _host_key in METRICS:
-            self.metric_box.addItem(label, key)
-        hist_head.addWidget(self.metric_box)
-        left_lay.addLayout(hist_head)
-        self.history = LivePlot("", "", capacity=3600)
-        left_lay.addWidget(self.history, 2)
-        split.addWidget(left)
-        self.drawer = ChipDrawer()  # a chip's npu-smi details; opened by a click on its card
-        self.drawer.hide()
-        self.drawer.closed.connect(self._drawer_closed)
-        split.addWidget(self.drawer)
-        self.engine_panel = EnginePanel()  # this machine's engine; a host's is the fleet view's
-        self.engines = QStackedWidget()
-        self.engines.addWidget(self.engine_panel)
-        split.addWidget(self.engines)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(2, 1)
-        split.setSizes([560, 0, 560])
-        self.split = split
-        root.addWidget(split, 1)
+        layout.build(self, WINDOWS, METRICS)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
         self.timer.timeout.connect(self.redraw)
 
-        bridge = ctx.bridge
-        bridge.telemetry.connect(self.on_snapshot)
-        bridge.alert.connect(self.on_alert)
-        bridge.stats.connect(self.engine_panel.add_stats)
-        bridge.metrics.connect(self.engine_panel.add_metrics)
-        ctx.loads.subscribe("changed", lambda _loads: self.engine_panel.set_load(ctx.loads.current()))
-        ctx.telemetry.source_changed.connect(self.on_source)
-        self.window_box.currentIndexChanged.connect(self.on_window)
-        self.metric_box.currentIndexChanged.connect(lambda _i: self._rebuild_history())
-        self.replay_btn.clicked.connect(self.choose_replay)
-        self.folder_btn.clicked.connect(self.choose_replay_folder)
-        self.live_btn.clicked.connect(self.go_live)
-        self.back_btn.clicked.connect(lambda: self.fleet.view_host(""))
+        layout.connect(self)
         saved = int(ctx.settings.value("dashboard/window_s", 300))
         idx = max(0, next((i for i, (_l, s) in enumerate(WINDOWS) if s == saved), 1))
         self.window_box.setCurrentIndex(idx)

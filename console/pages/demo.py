@@ -9,52 +9,11 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.widgets.live_plot import LivePlot
+from npu_console.console import demo_feed
+from npu_console.console.pages import demo_layout
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QPalette, QShortcut, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import (
-    QComboBox,
-    QFrame,
-    QGridLayout,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QPushButton,
-    QTextEdit,
-    QVBoxLayout,
-    QWidget,
-)
-
-BIG_PT = 40
-LABEL_PT = 14
-
-
-class Tile(QFrame):
-    def __init__(self, label: str, unit: str = "", parent=None):
-        super().__init__(parent)
-        self.setProperty("card", True)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(18, 12, 18, 12)
-        # the application stylesheet sets font sizes, so sizes here must be stylesheets too
-        self.label = QLabel(label.upper())
-        self.label.setStyleSheet(f"font-size: {LABEL_PT}pt; font-weight: 600;")
-        self.label.setProperty("muted", True)
-        self.value = QLabel("—")
-        self.value.setStyleSheet(f"font-size: {BIG_PT}pt; font-weight: 700;")
-        self.unit = QLabel(unit)
-        self.unit.setStyleSheet(f"font-size: {LABEL_PT}pt;")
-        self.unit.setProperty("muted", True)
-        lay.addWidget(self.label)
-        row = QHBoxLayout()
-        row.addWidget(self.value)
-        row.addWidget(self.unit, 0, Qt.AlignBottom)
-        row.addStretch(1)
-        lay.addLayout(row)
-
-    def set(self, text: str, unit: str | None = None) -> None:
-        self.value.setText(text)
-        if unit is not None:
-            self.unit.setText(unit)
+from PySide6.QtWidgets import QTextEdit, QWidget
 
 
 class DemoView(QWidget):
@@ -68,79 +27,7 @@ class DemoView(QWidget):
         self._requests: dict[str, QTextEdit] = {}
         self._thinking: dict[str, bool] = {}  # request id -> still in its reasoning
         self._reasoners: set[str] = set()  # models whose chat replies carry reasoning
-        root = QVBoxLayout(self)
-        root.setContentsMargins(28, 20, 28, 20)
-        root.setSpacing(16)
-        head = QHBoxLayout()
-        title = QLabel("NPU Console · live")
-        title.setStyleSheet("font-size: 26pt; font-weight: 700;")
-        head.addWidget(title)
-        head.addStretch(1)
-        self.device_label = QLabel("")
-        self.device_label.setStyleSheet(f"font-size: {LABEL_PT}pt;")
-        self.device_label.setProperty("muted", True)
-        head.addWidget(self.device_label)
-        hint = QPushButton("Esc · leave demo")
-        hint.clicked.connect(self.close)
-        head.addWidget(hint)
-        root.addLayout(head)
-
-        tiles = QGridLayout()
-        tiles.setSpacing(14)
-        self.tok_s = Tile("Tokens / s", "decode")
-        self.ttft = Tile("TTFT", "ms p50")
-        self.active = Tile("Requests", "running")
-        self.util = Tile("NPU load", "%")
-        self.memory = Tile("HBM", "GB")
-        for i, t in enumerate((self.tok_s, self.ttft, self.active, self.util, self.memory)):
-            tiles.addWidget(t, 0, i)
-        root.addLayout(tiles)
-
-        plots = QHBoxLayout()
-        self.tok_plot = LivePlot("Decode speed", "tok/s")
-        self.tok_plot.add_series("tok/s")
-        self.ttft_plot = LivePlot("TTFT", "ms")
-        self.ttft_plot.add_series("p50", 1)
-        self.ttft_plot.add_series("p99", 3, dashed=True)
-        for p in (self.tok_plot, self.ttft_plot):
-            p.set_window(60)
-            plots.addWidget(p)
-        root.addLayout(plots, 2)
-
-        chat = QHBoxLayout()
-        self.panes: list[tuple[QComboBox, QTextEdit]] = []
-        big = "font-size: 16pt;"
-        for side in ("A", "B"):
-            col = QVBoxLayout()
-            box = QComboBox()
-            box.setStyleSheet(big)
-            text = QTextEdit()
-            text.setReadOnly(True)
-            text.setStyleSheet(big)
-            text.setPlaceholderText(f"Model {side}'s answer streams here.")
-            row = QHBoxLayout()
-            lab = QLabel(side)
-            lab.setStyleSheet(big + ' font-weight: 700;')
-            row.addWidget(lab)
-            row.addWidget(box, 1)
-            col.addLayout(row)
-            col.addWidget(text, 1)
-            chat.addLayout(col, 1)
-            self.panes.append((box, text))
-        root.addLayout(chat, 3)
-        prow = QHBoxLayout()
-        self.prompt = QLineEdit()
-        self.prompt.setStyleSheet(big)
-        self.prompt.setPlaceholderText("Ask both models the same question and press Enter")
-        self.prompt.returnPressed.connect(self.send)
-        self.send_btn = QPushButton("Ask both")
-        self.send_btn.setStyleSheet(big)
-        self.send_btn.setProperty("primary", True)
-        self.send_btn.clicked.connect(self.send)
-        prow.addWidget(self.prompt, 1)
-        prow.addWidget(self.send_btn)
-        root.addLayout(prow)
-
+        demo_layout.build(self)
         QShortcut(QKeySequence(Qt.Key_Escape), self, activated=self.close)
         b = ctx.bridge
         b.stats.connect(self._on_stats)
@@ -188,26 +75,15 @@ class DemoView(QWidget):
             self.ttft_plot.rings["p99"].append(now, sample.ttft_p99 * 1000)
 
     def _on_telemetry(self, snap) -> None:
-        devs = [d for d in snap.devices if d.kind != "cpu"]
-        if devs:
-            utils = [d.util_pct for d in devs if d.util_pct is not None]
-            used = sum(d.mem_used_mb or 0 for d in devs)
-            total = sum(d.mem_total_mb or 0 for d in devs)
-            npu = devs[0].kind == "npu"
-            self.util.label.setText("NPU LOAD" if npu else "GPU LOAD")
-            self.util.set(f"{sum(utils) / len(utils):.0f}" if utils else "—",
-                          f"% · {len(devs)} card{'s' if len(devs) > 1 else ''}")
-            self.memory.label.setText("HBM" if npu else "GPU MEMORY")
-            self.memory.set(f"{used / 1024:.0f}", f"of {total / 1024:.0f} GB" if total else "GB")
-            self.device_label.setText(f"{len(devs)} × {devs[0].name} · {snap.source}")
-        elif snap.host is not None:
-            h = snap.host
-            self.util.label.setText("CPU LOAD")
-            self.util.set(f"{h.cpu_pct:.0f}" if h.cpu_pct is not None else "—", "%")
-            self.memory.label.setText("HOST MEMORY")
-            if h.mem_used_mb is not None and h.mem_total_mb:
-                self.memory.set(f"{h.mem_used_mb / 1024:.1f}", f"of {h.mem_total_mb / 1024:.0f} GB")
-            self.device_label.setText("host CPU · no accelerator found")
+        tiles = demo_feed.tiles(snap)
+        if tiles is None:
+            return
+        self.util.label.setText(tiles.load_label)
+        self.util.set(*tiles.load)
+        self.memory.label.setText(tiles.memory_label)
+        if tiles.memory is not None:
+            self.memory.set(*tiles.memory)
+        self.device_label.setText(tiles.device)
 
     def _refresh_plots(self) -> None:
         if self.isVisible():
@@ -217,7 +93,7 @@ class DemoView(QWidget):
     # ------------------------------------------------------------------ A/B chat
 
     def send(self, text: str | None = None) -> list[str]:
-        from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+        from npu_console.engine.runtime.types import EngineError
 
         text = (text if isinstance(text, str) else None) or self.prompt.text().strip()
         if not text:
@@ -235,14 +111,9 @@ class DemoView(QWidget):
                 continue
             seen.add(model)
             pane.setPlainText(f"» {text}\n\n")
-            # a reasoning model is asked as a chat, so its thinking comes apart from its answer
-            chat = model in self._reasoners
-            req = GenerationRequest(messages=[{"role": "user", "content": text}] if chat else None,
-                                    prompt=None if chat else text, model=model,
-                                    params=SamplingParams(max_tokens=256 if chat else 96,
-                                                          temperature=0.0))
             try:
-                rid = self.ctx.bridge.submit(req)
+                rid = self.ctx.bridge.submit(demo_feed.request(text, model,
+                                                               model in self._reasoners))
             except EngineError as exc:
                 pane.setPlainText(f"⚠ {exc}")
                 continue
@@ -273,15 +144,8 @@ class DemoView(QWidget):
         self._thinking.pop(rid, None)
         if pane is None:
             return
-        if fin.usage.reasoning_tokens and fin.timings.first_answer_s is not None:
-            pane.append(f"\n— thought for {fin.usage.reasoning_tokens} tokens · first answer "
-                        f"token {fin.timings.first_answer_s * 1000:.0f} ms")
-        if fin.error:
-            pane.append(f"\n⚠ {fin.error}")
-        elif fin.timings.tpot_s:
-            pane.append(f"\n— {fin.usage.completion_tokens} tokens · "
-                        f"{1 / fin.timings.tpot_s:.0f} tok/s · TTFT "
-                        f"{(fin.timings.ttft_s or 0) * 1000:.0f} ms")
+        for line in demo_feed.finish_lines(fin):
+            pane.append(line)
 
     def busy(self) -> bool:
         return bool(self._requests)

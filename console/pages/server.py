@@ -7,8 +7,6 @@ entries arrive on other threads and cross to the GUI thread through queued signa
 
 from __future__ import annotations
 
-import time
-
 from npu_console.console.engines import LOCAL
 from npu_console.console.pages import server_layout
 from npu_console.console.pages.base import Page
@@ -16,17 +14,11 @@ from npu_console.console.pages.server_snippets import snippets
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.remote_server import RemoteServerView
 from npu_console.engine.api.ports import port_problem
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QLabel,
-    QTableWidgetItem,
-    QVBoxLayout,
-)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
-LOG_ROWS = 500  # as console.server_service.LOG_ROWS
 
 
 class ServerPage(Page):
@@ -69,22 +61,11 @@ class ServerPage(Page):
         root.addWidget(self.remote_view, 1)
         self._local_parts = [self.lamp, self.state_label, self.url_label, self.switch, conf, snip,
                              logc]
-        self.server_pick.currentIndexChanged.connect(lambda _i: self._show_pick())
-        ctx.remote.changed.connect(self._servers_changed)
-
-        self.lan.toggled.connect(self._settings_changed)
-        self.api_key.textChanged.connect(self.service.set_key)
-        self.api_key.textChanged.connect(self._settings_changed)
-        self.port.valueChanged.connect(self._settings_changed)
-        self.log_entry.connect(self._add_log_row)
-        self.service.on_log_entry(self.log_entry.emit)
-        self._op_done.connect(self._on_op_done)
         self._port_timer = QTimer(self)
         self._port_timer.setSingleShot(True)
         self._port_timer.setInterval(300)
         self._port_timer.timeout.connect(self.check_port)
-        ctx.engine_host.models_changed.connect(lambda _m: self.update_snippets())
-        ctx.engine_host.engine_ready.connect(self._on_engine_ready)
+        server_layout.connect(self)
         self._settings_changed()
         self._set_state("off", "Stopped")
 
@@ -226,15 +207,7 @@ class ServerPage(Page):
             self._set_state("on", f"Running · {url}")
         else:
             self._set_state("off", "Stopped")
-        on = self.running()
-        self.switch.setChecked(on)
-        self.switch.setText("Stop server" if on else "Start server")
-        self.switch.setProperty("primary", not on)
-        self.switch.setProperty("danger", on)
-        self.switch.style().unpolish(self.switch)
-        self.switch.style().polish(self.switch)
-        self.url_label.setText(url if on else "")
-        self.url_label.setToolTip(f"{url}/docs: the interactive API reference" if on else "")
+        server_layout.show_switch(self, self.running(), url)
         self._set_busy(False)
         self._settings_changed()
         self.port_status.setText("")
@@ -261,17 +234,7 @@ class ServerPage(Page):
     # ------------------------------------------------------------------ connected servers
 
     def _servers_changed(self) -> None:
-        box = self.server_pick
-        conns = self.ctx.remote.connections()
-        if [c.url for c in conns] != [box.itemData(i) for i in range(1, box.count())]:
-            current = box.currentData()
-            box.blockSignals(True)
-            while box.count() > 1:
-                box.removeItem(1)
-            for c in conns:
-                box.addItem(c.label, c.url)
-            box.setCurrentIndex(max(0, box.findData(current)))
-            box.blockSignals(False)
+        server_layout.fill_servers(self.server_pick, self.ctx.remote.connections())
         self._show_pick()
 
     def select_server(self, url: str | None) -> None:
@@ -297,24 +260,7 @@ class ServerPage(Page):
     # ------------------------------------------------------------------ request log
 
     def _add_log_row(self, e) -> None:
-        t = self.log_table
-        if t.rowCount() >= LOG_ROWS:
-            t.removeRow(t.rowCount() - 1)
-        t.insertRow(0)
-        tokens = "" if e.completion_tokens is None else \
-            f"{e.prompt_tokens or 0} → {e.completion_tokens}"
-        cells = (time.strftime("%H:%M:%S", time.localtime(e.time)), f"{e.method} {e.route}",
-                 str(e.status), e.model or "", tokens,
-                 "" if e.ttft_s is None else f"{e.ttft_s * 1000:.0f} ms",
-                 f"{e.duration_s * 1000:.0f} ms")
-        for c, text in enumerate(cells):
-            item = QTableWidgetItem(text)
-            if c == 2 and e.status >= 400:
-                item.setToolTip(e.error or "")
-                item.setForeground(Qt.red)
-            t.setItem(0, c, item)
-        self.log_empty.hide()
-        self.log_count.setText(f"{t.rowCount()} requests")
+        server_layout.add_log_row(self, e)
 
     def clear_log(self) -> None:
         self.log_table.setRowCount(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from npu_console.console.engines import LOCAL
+from npu_console.console.server_service import LOG_ROWS, log_cells
 from npu_console.console.theme import current_theme
 from npu_console.console.widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
 from npu_console.console.widgets.server_advanced import ServerAdvanced
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QTableWidget,
+    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -166,3 +168,65 @@ def log_card(page) -> QWidget:
     page.log_empty = muted("Requests to the API appear here as they finish.")
     lv.addWidget(page.log_empty)
     return logc
+
+
+def connect(page) -> None:
+    """The settings' edits, the service's log entries and answers, and the engine's news."""
+    ctx = page.ctx
+    page.server_pick.currentIndexChanged.connect(lambda _i: page._show_pick())
+    ctx.remote.changed.connect(page._servers_changed)
+    page.lan.toggled.connect(page._settings_changed)
+    page.api_key.textChanged.connect(page.service.set_key)
+    page.api_key.textChanged.connect(page._settings_changed)
+    page.port.valueChanged.connect(page._settings_changed)
+    page.log_entry.connect(page._add_log_row)
+    page.service.on_log_entry(page.log_entry.emit)
+    page._op_done.connect(page._on_op_done)
+    ctx.engine_host.models_changed.connect(lambda _m: page.update_snippets())
+    ctx.engine_host.engine_ready.connect(page._on_engine_ready)
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def show_switch(page, on: bool, url: str) -> None:
+    """Start / Stop as the server is, and its URL beside it."""
+    page.switch.setChecked(on)
+    page.switch.setText("Stop server" if on else "Start server")
+    page.switch.setProperty("primary", not on)
+    page.switch.setProperty("danger", on)
+    page.switch.style().unpolish(page.switch)
+    page.switch.style().polish(page.switch)
+    page.url_label.setText(url if on else "")
+    page.url_label.setToolTip(f"{url}/docs: the interactive API reference" if on else "")
+
+
+def fill_servers(box: QComboBox, conns) -> None:
+    """The server picker: this console, then each connected server (item data: its URL); the
+    pick stays when its server still is, else this console. Unchanged servers: untouched."""
+    if [c.url for c in conns] == [box.itemData(i) for i in range(1, box.count())]:
+        return
+    current = box.currentData()
+    box.blockSignals(True)
+    while box.count() > 1:
+        box.removeItem(1)
+    for c in conns:
+        box.addItem(c.label, c.url)
+    box.setCurrentIndex(max(0, box.findData(current)))
+    box.blockSignals(False)
+
+
+def add_log_row(page, entry) -> None:
+    """A finished request on top of the log (the oldest falls off past LOG_ROWS)."""
+    t = page.log_table
+    if t.rowCount() >= LOG_ROWS:
+        t.removeRow(t.rowCount() - 1)
+    t.insertRow(0)
+    for c, text in enumerate(log_cells(entry)):
+        item = QTableWidgetItem(text)
+        if c == 2 and entry.status >= 400:
+            item.setToolTip(entry.error or "")
+            item.setForeground(Qt.red)
+        t.setItem(0, c, item)
+    page.log_empty.hide()
+    page.log_count.setText(f"{t.rowCount()} requests")

@@ -45,20 +45,10 @@ class ChipDrawer(QFrame):
         self.setMinimumWidth(300)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(12, 10, 8, 10)
-        head = QHBoxLayout()
-        self.title = card_title("")
-        self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.close_btn = QPushButton("Close")
-        self.close_btn.setFlat(True)
-        self.close_btn.setToolTip("Close the chip details (Esc)")
-        self.close_btn.clicked.connect(self.close_drawer)
-        head.addWidget(self.title, 1)
-        head.addWidget(self.close_btn)
-        outer.addLayout(head)
+        outer.addLayout(self._head())
         self.subtitle = muted("")
         self.subtitle.setWordWrap(True)
         outer.addWidget(self.subtitle)
-
         body = QWidget()
         body.setObjectName("DrawerBody")
         lay = QVBoxLayout(body)
@@ -71,7 +61,35 @@ class ChipDrawer(QFrame):
         scroll.setWidget(body)
         scroll.viewport().setAutoFillBackground(False)
         outer.addWidget(scroll, 1)
+        self._health_section(lay)
+        self._usage_section(lay)
+        self._ecc_section(lay)
+        self._board_section(lay)
+        lay.addStretch(1)
+        self.footer = muted("")
+        self.footer.setWordWrap(True)
+        outer.addWidget(self.footer)
+        self.errors = QLabel("")
+        self.errors.setObjectName("DrawerErrors")
+        self.errors.setWordWrap(True)
+        outer.addWidget(self.errors)
 
+    # ------------------------------------------------------------------ building
+
+    def _head(self) -> QHBoxLayout:
+        """The chip's name and Close."""
+        head = QHBoxLayout()
+        self.title = card_title("")
+        self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.close_btn = QPushButton("Close")
+        self.close_btn.setFlat(True)
+        self.close_btn.setToolTip("Close the chip details (Esc)")
+        self.close_btn.clicked.connect(self.close_drawer)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.close_btn)
+        return head
+
+    def _health_section(self, lay: QVBoxLayout) -> None:
         health_row = QHBoxLayout()
         health_row.addWidget(card_title("Health"))
         health_row.addStretch(1)
@@ -86,6 +104,7 @@ class ChipDrawer(QFrame):
         self.codes.setTextInteractionFlags(Qt.TextSelectableByMouse)
         lay.addWidget(self.codes)
 
+    def _usage_section(self, lay: QVBoxLayout) -> None:
         lay.addWidget(card_title("Usage"))
         self.usage: dict[str, MetricBar] = {}
         for label, attr in USAGE_ROWS:
@@ -93,6 +112,8 @@ class ChipDrawer(QFrame):
             self.usage[attr] = bar
             lay.addWidget(bar)
 
+    def _ecc_section(self, lay: QVBoxLayout) -> None:
+        """A row per memory and counter, a column per bit count (1-bit, 2-bit)."""
         lay.addWidget(card_title("ECC"))
         self.ecc_grid = QGridLayout()
         self.ecc_grid.setHorizontalSpacing(10)
@@ -116,6 +137,7 @@ class ChipDrawer(QFrame):
         self.ecc_note.setWordWrap(True)
         lay.addWidget(self.ecc_note)
 
+    def _board_section(self, lay: QVBoxLayout) -> None:
         lay.addWidget(card_title("Board"))
         board = QGridLayout()
         board.setHorizontalSpacing(10)
@@ -129,15 +151,6 @@ class ChipDrawer(QFrame):
             board.addWidget(value, r, 1)
         board.setColumnStretch(1, 1)
         lay.addLayout(board)
-
-        lay.addStretch(1)
-        self.footer = muted("")
-        self.footer.setWordWrap(True)
-        outer.addWidget(self.footer)
-        self.errors = QLabel("")
-        self.errors.setObjectName("DrawerErrors")
-        self.errors.setWordWrap(True)
-        outer.addWidget(self.errors)
 
     # ------------------------------------------------------------------ filling
 
