@@ -69,6 +69,14 @@ def entry_dir(path: Path) -> Path:
     return cache_root() / f"{path.stem}-{cache_key(path)}"
 
 
+TOKENIZER_DONE = "tokenizer.done"
+
+
+def tokenizer_dir(path: Path) -> Path:
+    """Where this GGUF's built tokenizer is kept (engine.models.gguf_tokenizer)."""
+    return cache_root() / f"{path.stem}-{cache_key(path)}.tokenizer"
+
+
 def _causal_lm_class(model_type: str) -> str | None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 

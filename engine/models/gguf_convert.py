@@ -194,7 +194,10 @@ def convert(src: Path, dst: Path, emit: Callable[[float, str], None]) -> None:
     transformers.utils.logging.disable_progress_bar()
     header = gguf.read_header(src)
     emit(0.02, "reading the tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    own = gguf.tokenizer_dir(src)  # an INT8 load built it already: read, not rebuilt
+    tokenizer = (AutoTokenizer.from_pretrained(str(own)) if (own / gguf.TOKENIZER_DONE).is_file()
+                 and not _entry_untrusted(own) else
+                 AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name))
     _hook_progress(emit)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
                                                  dtype=torch.float32)

@@ -199,7 +199,8 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
     """engine.models.loader.LoadedModel of a GGUF file loaded as INT8 (formats "gguf-int8")."""
     import transformers
     from npu_console.engine.models.loader import LoadedModel, ModelLoadError, load_steps
-    from transformers import AutoConfig, AutoTokenizer
+    from npu_console.engine.models.gguf_tokenizer import load_tokenizer
+    from transformers import AutoConfig
 
     path = Path(path)
 
@@ -210,7 +211,7 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
     try:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
         step(0.1, "reading the tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tokenizer = load_tokenizer(path)
         dt = getattr(torch, dtype)
         model = build_int8_model(path, config, dt, lambda f, w: step(0.15 + 0.8 * f, w))
     except (ValueError, KeyError, OSError, NotImplementedError) as exc:

@@ -1,0 +1,70 @@
+"""A GGUF's tokenizer, built once. transformers builds it from the file's token list and merges
+in Python: ~30 s for SmolLM2's 49,152 tokens on a 2-core AMD EPYC, paid by every INT8 load of
+the file and by its float conversion. The built tokenizer is kept beside the conversion cache
+(`<stem>-<key>.tokenizer/`, the same key as the converted folder, so a changed file gets a new
+one) and read back in well under a second; a finished float conversion's own copy serves too."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from npu_console.engine.models import gguf
+
+DONE = gguf.TOKENIZER_DONE
+cache_dir = gguf.tokenizer_dir
+
+
+def cached_copy(path: Path) -> Path | None:
+    """A folder holding this GGUF's built tokenizer, if one is trusted: the float conversion's
+    entry or the tokenizer's own."""
+    from npu_console.engine.models.gguf_convert import (
+        _entry_untrusted,
+        cache_problem,
+        converted_folder,
+    )
+
+    done = converted_folder(path)
+    if done is not None:
+        return done
+    own = cache_dir(path)
+    if (own / DONE).is_file() and not cache_problem() and not _entry_untrusted(own):
+        return own
+    return None
+
+
+def _save(tokenizer: Any, path: Path) -> None:
+    from npu_console.engine.models.gguf_convert import cache_problem
+
+    if cache_problem():  # a cache this user does not own alone: build each time, keep nothing
+        return
+    final = cache_dir(path)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / DONE).write_text(str(path), encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)  # an untrusted or half-made one
+        with contextlib.suppress(OSError):  # another process made it meanwhile: theirs stands
+            os.rename(tmp, final)
+    except OSError:
+        pass  # a read-only or full cache: the tokenizer still works, it is just not kept
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The tokenizer of the GGUF file `path`, from the cache when it was built before."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    folder = cached_copy(path)
+    if folder is not None:
+        with contextlib.suppress(OSError, ValueError):
+            return AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    _save(tokenizer, path)
+    return tokenizer
