@@ -1,4 +1,5 @@
-"""The foundation's command line: doctor, generate, clean errors for broken folders."""
+"""The foundation's command line: doctor, generate, clean errors for broken folders. One
+process-level run per command (version, generate); the rest through main([...]) in process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from support.cli import run_cli
+from support.cli import cli_in_process, run_cli
 
 
 def test_version():
@@ -14,8 +15,8 @@ def test_version():
     assert res.returncode == 0 and res.stdout.startswith("npu-console ")
 
 
-def test_doctor_json_says_there_is_no_npu_and_why():
-    res = run_cli("doctor", "--json")
+def test_doctor_json_says_there_is_no_npu_and_why(capsys):
+    res = cli_in_process(capsys, "doctor", "--json")
     data = json.loads(res.stdout)
     names = {c["name"]: c for c in data["checks"]}
     assert names["torch"]["status"] == "ok"
@@ -35,11 +36,11 @@ def test_doctor_json_says_there_is_no_npu_and_why():
     assert res.returncode == (1 if not data["ok"] else 0)
 
 
-def test_doctor_reports_a_failing_npu_smi(tmp_path):
+def test_doctor_reports_a_failing_npu_smi(tmp_path, capsys):
     fake = tmp_path / "npu-smi"
     fake.write_text("#!/bin/sh\necho 'dcmi model initialized failed, because the device is used. ret is -8020'\nexit 1\n")
     fake.chmod(0o755)
-    res = run_cli("doctor", "--json", "--npu-smi", str(fake))
+    res = cli_in_process(capsys, "doctor", "--json", "--npu-smi", str(fake))
     check = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["npu-smi"]
     assert check["status"] == "fail" and "-8020" in check["detail"] and check["fix"]
     assert res.returncode == 1
@@ -57,7 +58,7 @@ def test_generate_on_stories_is_the_known_tinystories_text(stories_dir):
     ("truncate", "model.safetensors: truncated"),
     ("tokenizer", "no tokenizer"),
 ])
-def test_broken_folder_is_one_line_error(stories_dir, tmp_path, breakage, expected):
+def test_broken_folder_is_one_line_error(stories_dir, tmp_path, breakage, expected, capsys):
     dst = tmp_path / "m"
     shutil.copytree(stories_dir, dst, ignore=shutil.ignore_patterns("original"))
     if breakage == "config":
@@ -68,13 +69,13 @@ def test_broken_folder_is_one_line_error(stories_dir, tmp_path, breakage, expect
     else:
         (dst / "tokenizer.json").unlink()
         (dst / "tokenizer.model").unlink()
-    res = run_cli("generate", "--model", str(dst), "--prompt", "hi")
+    res = cli_in_process(capsys, "generate", "--model", str(dst), "--prompt", "hi")
     assert res.returncode != 0
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
     assert "Traceback" not in res.stderr
 
 
-def test_unknown_device_is_a_clear_error(stories_dir):
-    res = run_cli("generate", "--model", str(stories_dir), "--prompt", "x", "--device", "npu:3")
+def test_unknown_device_is_a_clear_error(stories_dir, capsys):
+    res = cli_in_process(capsys, "generate", "--model", str(stories_dir), "--prompt", "x", "--device", "npu:3")
     assert res.returncode == 2 and "not available here" in res.stderr and "Traceback" not in res.stderr

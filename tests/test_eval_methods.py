@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from fakes.stories_text import load_float, sampled_text, write_text_file
 from npu_console.engine.quant import eval_methods as em
+from support.cli import cli_in_process
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +81,12 @@ def test_chunks_cap_ctx_at_the_model_context_and_take_short_texts_whole(stories)
 
 
 @pytest.mark.slow
-def test_cli_names_the_method(stories_dir, paragraphs, tmp_path):
+def test_cli_names_the_method(stories_dir, paragraphs, tmp_path, capsys):
     data = write_text_file(tmp_path / "held.txt", paragraphs)
     out = {}
     for flags in ((), ("--per-document",), ("--window", "256")):
-        r = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "eval", "--model",
-                            str(stories_dir), "--data", str(data), "--ctx", "128", "--json",
-                            *flags], capture_output=True, text=True, timeout=300, check=False)
+        r = cli_in_process(capsys, "eval", "--model", stories_dir, "--data", data, "--ctx", "128",
+                           "--json", *flags)
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
         out[res["method"]] = res

@@ -10,7 +10,7 @@ from fakes.stories_text import sampled_text, write_text_file
 from npu_console.engine.cli.main import main
 from npu_console.engine.quant.calib import Cancelled
 from npu_console.engine.quant.workflow import QuantizeRequest, run_quantize
-from support.cli import run_cli
+from support.cli import cli_in_process, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def heldout_file(stories_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_quantize_then_eval_end_to_end(stories_dir, calib_file, heldout_file, tmp_path):
+def test_quantize_then_eval_end_to_end(stories_dir, calib_file, heldout_file, tmp_path, capsys):
     out = tmp_path / "w8a8"
     r = run_cli("quantize", "--model", stories_dir, "--method", "w8a8-static", "--smoothquant",
              "0.5", "--calib", calib_file, "--samples", "8", "--seq-len", "64",
@@ -39,7 +39,7 @@ def test_quantize_then_eval_end_to_end(stories_dir, calib_file, heldout_file, tm
     assert (out / "quant_model_description.json").is_file()
     evals = {}
     for name, model in (("float", stories_dir), ("int8", out)):
-        e = run_cli("eval", "--model", model, "--data", heldout_file, "--json", "--device", "cpu",
+        e = cli_in_process(capsys, "eval", "--model", model, "--data", heldout_file, "--json", "--device", "cpu",
                  "--dtype", "float32")
         assert e.returncode == 0, e.stderr
         evals[name] = json.loads(e.stdout)

@@ -20,7 +20,7 @@ from npu_console.engine.quant.head import (
     share_of_path,
 )
 from npu_console.engine.quant.workflow import QuantizeRequest, load_float, run_workflow
-from support.cli import run_cli
+from support.cli import cli_in_process
 
 
 @pytest.fixture(scope="module")
@@ -132,19 +132,19 @@ def test_auto_with_compressed_tensors_keeps_the_head_float_and_says_why(demo_mod
 
 
 @pytest.mark.slow
-def test_cli_json_reports_the_head_and_the_bare_flag_means_on(stories_dir, tmp_path):
-    r = run_cli("quantize", "--model", stories_dir, "--method", "w8a16", "--recipe", "plain",
+def test_cli_json_reports_the_head_and_the_bare_flag_means_on(stories_dir, tmp_path, capsys):
+    r = cli_in_process(capsys, "quantize", "--model", stories_dir, "--method", "w8a16", "--recipe", "plain",
              "--out", tmp_path / "a", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["int8_head"] is False and "below 15 %" in d["int8_head_reason"]
     assert "lm_head and embedding: float" in r.stderr
-    r = run_cli("quantize", "--model", stories_dir, "--method", "w8a16", "--recipe", "plain",
+    r = cli_in_process(capsys, "quantize", "--model", stories_dir, "--method", "w8a16", "--recipe", "plain",
              "--int8-head", "--out", tmp_path / "b", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["int8_head"] is True and d["int8_head_mode"] == "on"
-    r = run_cli("quantize", "--model", stories_dir, "--method", "w8a8-dynamic", "--recipe",
+    r = cli_in_process(capsys, "quantize", "--model", stories_dir, "--method", "w8a8-dynamic", "--recipe",
              "plain", "--int8-head", "on", "--format", "compressed-tensors",
              "--out", tmp_path / "c")
     assert r.returncode != 0 and "only in the native format" in r.stderr
@@ -152,8 +152,8 @@ def test_cli_json_reports_the_head_and_the_bare_flag_means_on(stories_dir, tmp_p
 
 
 @pytest.mark.slow
-def test_bench_offline_int8_head_on_runs_a_tiny_sweep(stories_dir):
-    r = run_cli("bench", "offline", "--model", stories_dir, "--quant", "w8a16", "--int8-head",
+def test_bench_offline_int8_head_on_runs_a_tiny_sweep(stories_dir, capsys):
+    r = cli_in_process(capsys, "bench", "offline", "--model", stories_dir, "--quant", "w8a16", "--int8-head",
              "on", "--batch-sizes", "1,2", "--input-len", "8", "--output-len", "4",
              "--bandwidth", "10", "--json")
     assert r.returncode == 0, r.stderr
@@ -162,6 +162,6 @@ def test_bench_offline_int8_head_on_runs_a_tiny_sweep(stories_dir):
     assert [b["batch_size"] for b in d["batches"]] == [1, 2]
     assert all(b["output_tokens"] == b["batch_size"] * 4 for b in d["batches"])
     assert any(n.startswith("lm_head and embedding: int8") for n in d["notes"])
-    r = run_cli("bench", "offline", "--model", stories_dir, "--int8-head", "on",
+    r = cli_in_process(capsys, "bench", "offline", "--model", stories_dir, "--int8-head", "on",
              "--batch-sizes", "1")
     assert r.returncode != 0 and "give --quant" in r.stderr
