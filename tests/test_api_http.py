@@ -11,6 +11,7 @@ from support.api import (
     STORY_PROMPT,
     default_engine,
     metric_value,
+    own_engine,
     running_server,
     stream_post,
     token_count,
@@ -425,29 +426,23 @@ def test_prompt_logging_when_enabled(engine):
 
 
 def test_no_model_is_503_and_loading_is_503(stories_dir, monkeypatch):
-    from npu_console.engine.runtime.config import EngineConfig
-    from npu_console.engine.runtime.engine import LocalEngine
     from support.loading import held_loads
 
-    empty = LocalEngine(EngineConfig(num_threads=1))
-    try:
-        with running_server(empty) as (_, url):
-            r = httpx.get(url + "/health")
-            assert r.status_code == 503 and r.json()["status"] == "no_model"
-            assert_error(post(url, "/v1/completions", {"prompt": "x"}), 503,
-                         contains="no model")
-            release = held_loads(monkeypatch)  # the load cannot end before /health answers
-            job = empty.load(stories_dir, name="late")
-            r = httpx.get(url + "/health")
-            assert r.status_code == 503 and r.json()["status"] == "loading"
-            assert not job.done()
-            release.set()
-            job.result(300)
-            assert httpx.get(url + "/health").status_code == 200
-            assert post(url, "/v1/completions", {"prompt": "x", "max_tokens": 1}).json()[
-                "model"] == "late"
-    finally:
-        empty.shutdown(2.0)
+    with own_engine(None) as empty, running_server(empty) as (_, url):
+        r = httpx.get(url + "/health")
+        assert r.status_code == 503 and r.json()["status"] == "no_model"
+        assert_error(post(url, "/v1/completions", {"prompt": "x"}), 503,
+                     contains="no model")
+        release = held_loads(monkeypatch)  # the load cannot end before /health answers
+        job = empty.load(stories_dir, name="late")
+        r = httpx.get(url + "/health")
+        assert r.status_code == 503 and r.json()["status"] == "loading"
+        assert not job.done()
+        release.set()
+        job.result(300)
+        assert httpx.get(url + "/health").status_code == 200
+        assert post(url, "/v1/completions", {"prompt": "x", "max_tokens": 1}).json()[
+            "model"] == "late"
 
 
 def test_metrics_include_device_telemetry_when_a_poller_is_given(engine, npu_smi_fixtures):

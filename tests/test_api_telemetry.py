@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from support.api import own_engine, running_server
 from support.cli import run_cli
 from support.serve import Serve
 
@@ -148,20 +149,11 @@ def test_stream_sends_a_snapshot_per_sample_at_the_poller_cadence(server):
 
 
 def test_telemetry_is_404_when_the_server_has_no_poller():
-    from npu_console.engine.api import ServerController
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-
-    engine = LocalEngine(EngineConfig())
-    controller = ServerController(engine)
-    try:
-        url = controller.start("127.0.0.1", 0)
+    with own_engine(None) as engine, running_server(engine) as (_, url):
         for route in ("/v1/telemetry", "/v1/telemetry/stream"):
             reply = httpx.get(url + route, timeout=30)
             assert reply.status_code == 404
             assert reply.json()["error"]["code"] == "telemetry_unavailable"
-    finally:
-        controller.stop(grace_s=1)
-        engine.shutdown()
 
 
 def test_an_open_stream_does_not_hold_the_server_on_stop(server):

@@ -9,30 +9,24 @@ import threading
 import pytest
 from npu_console.engine.bench import ServingConfig, run_serving_benchmark
 from npu_console.engine.bench.arrivals import send_offsets
+from support.api import own_engine, running_server
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def server(stories_dir):
-    from npu_console.engine.api import ServerController
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-
-    engine = LocalEngine(EngineConfig(max_running=4, num_threads=1))
-    engine.load(stories_dir, name="stories").result(120)
     finishes = {}
 
     def on_step(stats):
         for fin in stats.finished:
             finishes[fin.request_id] = fin
 
-    engine.add_listener(on_step)
-    controller = ServerController(engine)
-    # one chunk per token, so the client's ITL can be checked token by token
-    url = controller.start(port=0, stream_interval_ms=0)
-    yield url, finishes
-    controller.stop(grace_s=1.0)
-    engine.shutdown()
+    with own_engine(stories_dir, "stories", timeout=120, max_running=4) as engine:
+        engine.add_listener(on_step)
+        # one chunk per token, so the client's ITL can be checked token by token
+        with running_server(engine, stream_interval_ms=0) as (_, url):
+            yield url, finishes
 
 
 def close(client: float, server: float, rel: float, slack: float) -> bool:

@@ -23,6 +23,7 @@ from npu_console.console.chat_session import ChatSession, LiveReply, reply_stats
 from npu_console.console.chat_store import ChatStore, Message
 from npu_console.console.server_service import AdvancedOptions, ServerService, log_cells
 from npu_console.console.variants import variant_name
+from support.api import own_engine
 
 
 class _Keys:
@@ -92,27 +93,24 @@ def test_advanced_options_reach_the_server_as_serve_passes_them():
 
 
 def test_server_service_starts_and_stops_on_its_own_thread(stories_dir):
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    svc = ServerService(lambda: eng, _Keys())
     done = []
     ended = threading.Event()
 
     def on_done(url, error):
         done.append((url, error, threading.current_thread().name))
         ended.set()
-    try:
-        assert svc.start("127.0.0.1", 0, "", on_done) is None
-        assert ended.wait(60) and done[0][1] == "" and done[0][2] == "server-start"
-        assert svc.running() and svc.url == done[0][0] and not svc.busy()
-        ended.clear()
-        assert svc.stop(on_done)
-        assert ended.wait(30) and done[1][2] == "server-stop"
-        assert not svc.running() and svc.url is None
-    finally:
-        svc.shutdown()
-        eng.shutdown()
+    with own_engine(None) as eng:
+        svc = ServerService(lambda: eng, _Keys())
+        try:
+            assert svc.start("127.0.0.1", 0, "", on_done) is None
+            assert ended.wait(60) and done[0][1] == "" and done[0][2] == "server-start"
+            assert svc.running() and svc.url == done[0][0] and not svc.busy()
+            ended.clear()
+            assert svc.stop(on_done)
+            assert ended.wait(30) and done[1][2] == "server-stop"
+            assert not svc.running() and svc.url is None
+        finally:
+            svc.shutdown()
 
 
 def test_bench_history_keeps_runs_newest_first(tmp_path):

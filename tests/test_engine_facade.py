@@ -5,7 +5,6 @@ cancel, and one cancellation exception across the engine."""
 from __future__ import annotations
 
 import pytest
-from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import (
     Cancelled,
     EngineError,
@@ -13,6 +12,7 @@ from npu_console.engine.runtime.types import (
     InvalidRequestError,
     SamplingParams,
 )
+from support.api import own_engine
 
 
 def test_one_cancellation_exception():
@@ -28,14 +28,13 @@ def eng(stories_dir):
     import torch
 
     n = torch.get_num_threads()
-    e = LocalEngine(EngineConfig(num_threads=1))
-    progress = []
-    job = e.load(stories_dir, name="stories")
-    job.add_progress_callback(lambda f, m: progress.append(f))
-    job.result(60)
-    assert progress[-1] == 1.0 and progress == sorted(progress)
-    yield e
-    e.shutdown()
+    with own_engine(None) as e:  # loaded here: the load's progress is checked
+        progress = []
+        job = e.load(stories_dir, name="stories")
+        job.add_progress_callback(lambda f, m: progress.append(f))
+        job.result(60)
+        assert progress[-1] == 1.0 and progress == sorted(progress)
+        yield e
     torch.set_num_threads(n)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+from support.api import own_engine
 from support.kernels import assert_same_greedy_tokens
 from support.models import WIDE, RunnerSeq, needs_native, tiny, wide
 
@@ -27,8 +27,7 @@ def test_family_greedy_matches_generate(family):
     shared = torch.randint(5, 295, (12,), generator=g).tolist()
     prompts = [shared + torch.randint(5, 295, (n,), generator=g).tolist() for n in (1, 9, 40)]
     prompts.append(torch.randint(5, 295, (70,), generator=g).tolist())  # chunked: budget 32
-    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=32, min_prefix_tokens=4))
-    try:
+    with own_engine(None, max_batched_tokens=32, min_prefix_tokens=4) as eng:
         info = eng.add_model(loaded).result(60)
         assert info.path_kind == "batched"
         first = eng.generate(GenerationRequest(prompt_token_ids=prompts[0], params=SamplingParams(
@@ -36,8 +35,6 @@ def test_family_greedy_matches_generate(family):
         hs = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
             max_tokens=20, temperature=0, ignore_eos=True))) for p in prompts]
         res = [h.result(60) for h in hs]
-    finally:
-        eng.shutdown()
     assert res[1].finish.usage.cached_tokens >= 12  # shared prefix came from the cache
     for p, r in zip(prompts, res):
         with torch.inference_mode():
@@ -59,14 +56,10 @@ def test_transposed_lm_head_keeps_greedy_tokens(monkeypatch, tied):
     params_before = sum(p.numel() for p in loaded.model.parameters())
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(5, 295, (n,), generator=g).tolist() for n in (3, 17, 50)]
-    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=32))
-    try:
-        eng.add_model(loaded).result(60)
+    with own_engine(loaded, timeout=60, max_batched_tokens=32) as eng:
         res = [h.result(60) for h in [eng.submit(GenerationRequest(
             prompt_token_ids=p, params=SamplingParams(max_tokens=16, temperature=0,
                                                       ignore_eos=True))) for p in prompts]]
-    finally:
-        eng.shutdown()
     head = loaded.model.lm_head.weight
     assert not head.is_contiguous() and head.t().is_contiguous()  # the layout was applied
     assert (loaded.model.model.embed_tokens.weight is head) == tied
@@ -112,14 +105,11 @@ def test_native_decode_products_keep_greedy_tokens(family):
     g = torch.Generator().manual_seed(4)
     prompts = [torch.randint(5, 295, (n,), generator=g).tolist()
                for n in (1, 2, 3, 5, 8, 13, 21, 34, 40, 6, 9, 17)]
-    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=48))
-    try:
+    with own_engine(None, max_batched_tokens=48) as eng:
         info = eng.add_model(loaded).result(60)
         hs = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
             max_tokens=24, temperature=0, ignore_eos=True))) for p in prompts]
         res = [h.result(60) for h in hs]
-    finally:
-        eng.shutdown()
     assert info.linear_kernels == "native"
     assert info.decode_step == "native"  # decode-only steps: one native call (native_decode.py)
     model = loaded.model

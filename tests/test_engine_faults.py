@@ -10,7 +10,6 @@ import time
 import pytest
 from fakes.faults import failing_release, failing_submit_command, fatal_fault
 from fakes.slow_steps import slowed_steps
-from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import (
     EngineStoppedError,
     GenerationRequest,
@@ -18,23 +17,21 @@ from npu_console.engine.runtime.types import (
     QueueFullError,
     SamplingParams,
 )
+from support.api import own_engine
 
 
 def greedy(n=8):
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
-def demo_engine(demo_model_dir, **kw) -> LocalEngine:
-    eng = LocalEngine(EngineConfig(num_threads=1, **kw))
-    eng.load(demo_model_dir, name="demo").result(120)
-    return eng
+def demo_engine(demo_model_dir, **config):
+    return own_engine(demo_model_dir, "demo", timeout=120, **config)
 
 
 @pytest.fixture
 def engine(demo_model_dir):
-    eng = demo_engine(demo_model_dir)
-    yield eng
-    eng.shutdown(5)
+    with demo_engine(demo_model_dir) as eng:
+        yield eng
 
 
 def test_a_dead_loop_fails_its_requests_and_refuses_new_ones_at_once(engine, demo_model_dir):
@@ -62,8 +59,7 @@ def test_a_dead_loop_fails_its_requests_and_refuses_new_ones_at_once(engine, dem
 
 
 def test_requests_waiting_behind_a_crash_end_with_its_reason(demo_model_dir):
-    eng = demo_engine(demo_model_dir, max_running=1)
-    try:
+    with demo_engine(demo_model_dir, max_running=1) as eng:
         with fatal_fault(eng, when=lambda seq: len(seq.output_ids) >= 2):
             handles = [eng.submit(GenerationRequest(prompt=f"Once {i}", params=greedy(32)))
                        for i in range(6)]
@@ -71,8 +67,6 @@ def test_requests_waiting_behind_a_crash_end_with_its_reason(demo_model_dir):
         assert all(f.finish_reason == "error" and "engine loop crashed" in f.error
                    for f in finishes)
         assert eng.stats().waiting == 0
-    finally:
-        eng.shutdown(5)
 
 
 def test_a_runner_whose_cleanup_fails_still_ends_every_request(engine):
@@ -105,8 +99,7 @@ def test_a_failing_command_fails_that_request_and_the_loop_lives(engine):
 
 
 def test_the_queue_limit_changes_while_requests_wait(demo_model_dir):
-    eng = demo_engine(demo_model_dir, max_running=2, max_waiting=4)
-    try:
+    with demo_engine(demo_model_dir, max_running=2, max_waiting=4) as eng:
         with slowed_steps(eng, 0.005):
             first, refused = [], 0
             try:
@@ -126,35 +119,29 @@ def test_the_queue_limit_changes_while_requests_wait(demo_model_dir):
         assert eng.stats().state == "ready" and eng.stats().max_waiting == 1
         with pytest.raises(InvalidRequestError):
             eng.set_max_waiting(0)
-    finally:
-        eng.shutdown(5)
 
 
 def test_limit_changes_from_another_thread_never_break_the_loop(demo_model_dir):
-    eng = demo_engine(demo_model_dir, max_running=4, max_waiting=8)
     stop = threading.Event()
-
-    def flip():
-        n = 0
-        while not stop.is_set():
-            eng.set_max_waiting(1 + n % 50)
-            n += 1
-            time.sleep(0.0005)
-    flipper = threading.Thread(target=flip)
-    flipper.start()
-    handles, refused = [], 0
-    try:
-        for _ in range(200):
-            try:
-                handles.append(eng.submit(GenerationRequest(prompt="Once", params=greedy(4))))
-            except QueueFullError:
-                refused += 1
-        reasons = {h.result(120).finish.finish_reason for h in handles}
-    finally:
-        stop.set()
-        flipper.join()
-    try:
+    with demo_engine(demo_model_dir, max_running=4, max_waiting=8) as eng:
+        def flip():
+            n = 0
+            while not stop.is_set():
+                eng.set_max_waiting(1 + n % 50)
+                n += 1
+                time.sleep(0.0005)
+        flipper = threading.Thread(target=flip)
+        flipper.start()
+        handles, refused = [], 0
+        try:
+            for _ in range(200):
+                try:
+                    handles.append(eng.submit(GenerationRequest(prompt="Once", params=greedy(4))))
+                except QueueFullError:
+                    refused += 1
+            reasons = {h.result(120).finish.finish_reason for h in handles}
+        finally:
+            stop.set()
+            flipper.join()
         assert handles and reasons == {"length"}
         assert eng.crash_reason is None and eng.stats().waiting == 0
-    finally:
-        eng.shutdown(5)

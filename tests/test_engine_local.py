@@ -23,6 +23,7 @@ from npu_console.engine.runtime.types import (
     SamplingParams,
     TokenEvent,
 )
+from support.api import own_engine
 
 PROMPTS = [("Once upon a time " * (1 + i % 5)) + "the little dog " * i for i in range(16)]
 
@@ -55,10 +56,8 @@ def _restore_torch_threads():
 
 @pytest.fixture(scope="module")
 def engine(stories):
-    eng = LocalEngine(config())
-    eng.add_model(stories, name="stories").result(60)
-    yield eng
-    eng.shutdown()
+    with own_engine(stories, "stories", timeout=60) as eng:
+        yield eng
 
 
 def hf_greedy(loaded, prompt, n, repetition_penalty=1.0):
@@ -211,9 +210,7 @@ def test_cancel_frees_the_slot_within_one_step(engine):
 
 
 def test_thousand_submits_against_a_queue_of_256(stories):
-    eng = LocalEngine(config(max_waiting=256))
-    eng.add_model(stories, name="s").result(60)
-    try:
+    with own_engine(stories, "s", timeout=60, max_waiting=256) as eng:
         accepted, rejected = [], []
         for i in range(1000):
             try:
@@ -228,8 +225,6 @@ def test_thousand_submits_against_a_queue_of_256(stories):
         assert all(r.finish.finish_reason == "length" and len(r.token_ids) == 2
                    for r in results)
         assert eng.stats().waiting == 0
-    finally:
-        eng.shutdown()
 
 
 def test_invalid_requests_fail_at_submit(engine):
@@ -319,8 +314,7 @@ def test_async_iteration(engine):
 
 
 def test_variants_fallback_path_unload_and_listeners(stories):
-    eng = LocalEngine(config(max_running=4))
-    try:
+    with own_engine(None, max_running=4) as eng:
         with pytest.raises(NoModelLoadedError):
             eng.submit(GenerationRequest(prompt="x"))
         progress = []
@@ -348,16 +342,13 @@ def test_variants_fallback_path_unload_and_listeners(stories):
         fin = long_req.result(10).finish
         assert fin.finish_reason == "error" and "unloaded" in fin.error
         assert [m.name for m in eng.models()] == ["fast"]
-    finally:
-        eng.shutdown()
     with pytest.raises(EngineStoppedError):
         eng.submit(GenerationRequest(prompt="x"))
     assert eng.stats().state == "stopped"
 
 
 def test_load_from_folder_progress_cancel_and_errors(stories_dir, tmp_path):
-    eng = LocalEngine(config())
-    try:
+    with own_engine(None) as eng:
         bad = eng.load(tmp_path, name="bad")
         with pytest.raises(EngineError) as e:
             bad.result(30)
@@ -374,8 +365,6 @@ def test_load_from_folder_progress_cancel_and_errors(stories_dir, tmp_path):
         swap = eng.swap("ok", stories_dir)
         swap.result(60)
         assert eng.generate(GenerationRequest(prompt="Hi", params=greedy(3))).token_ids
-    finally:
-        eng.shutdown()
 
 
 def test_shutdown_finishes_open_requests(stories):
@@ -398,9 +387,7 @@ def test_demo_model_greedy_matches_transformers_in_a_batch(demo_model_dir):
     from npu_console.engine.models import load_model
 
     demo = load_model(demo_model_dir, device="cpu", dtype="float32", name="demo")
-    eng = LocalEngine(config())
-    try:
-        eng.add_model(demo).result(60)
+    with own_engine(demo, timeout=60) as eng:
         prompts = [("The engine " * (1 + i % 4)) + "runs the model " * i for i in range(16)]
         handles = [eng.submit(GenerationRequest(prompt=p, params=greedy())) for p in prompts]
         results = [h.result(120) for h in handles]
@@ -410,5 +397,3 @@ def test_demo_model_greedy_matches_transformers_in_a_batch(demo_model_dir):
         pen = eng.generate(GenerationRequest(prompt=prompts[3], params=greedy(
             repetition_penalty=1.2)))
         assert same_tokens(pen.token_ids, hf_greedy(demo, prompts[3], 64, repetition_penalty=1.2))
-    finally:
-        eng.shutdown()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from npu_console.engine.ring import Ring
 from npu_console.engine.runtime.metrics import EngineMetrics
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.api import own_engine
 
 
 def test_ring_buffer_keeps_the_latest_in_order():
@@ -48,17 +51,16 @@ def samples(registry):
 def test_prometheus_metrics_of_a_real_engine(stories_dir):
     import torch
     from npu_console.engine.models import load_model
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.prometheus import register_engine_metrics
     from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     threads = torch.get_num_threads()
     loaded = load_model(stories_dir, device="cpu", dtype="float32")
     engines, registries = [], []
-    try:
+    with contextlib.ExitStack() as owned:
+        owned.callback(torch.set_num_threads, threads)  # runs last, after both shutdowns
         for _ in range(2):  # two engines, two registries: no clash
-            eng = LocalEngine(EngineConfig(num_threads=1))
-            eng.add_model(loaded, name="s").result(60)
+            eng = owned.enter_context(own_engine(loaded, "s", timeout=60))
             reg = CollectorRegistry()
             register_engine_metrics(reg, eng)
             engines.append(eng)
@@ -83,7 +85,3 @@ def test_prometheus_metrics_of_a_real_engine(stories_dir):
         assert samples(registries[1])["npu_console:e2e_request_latency_seconds_count"] == 0
         _, v = eng.metrics.series("ttft_s")
         assert len(v) >= 2 and np.all(v > 0)
-    finally:
-        for e in engines:
-            e.shutdown()
-        torch.set_num_threads(threads)

@@ -15,6 +15,7 @@ import pytest
 from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.threads import run_in_fresh_thread
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+from support.api import own_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,9 +64,7 @@ def test_an_idle_engine_ends_its_thread_and_the_next_request_starts_one(stories_
     from npu_console.engine.models import load_model
 
     loaded = load_model(stories_dir, device="cpu", dtype="float32", name="stories")
-    eng = LocalEngine(EngineConfig(num_threads=1, idle_thread_s=0.2))
-    try:
-        eng.add_model(loaded).result(60)
+    with own_engine(loaded, timeout=60, idle_thread_s=0.2) as eng:
         req = GenerationRequest(prompt="Once upon a time", params=_greedy())
         first = eng.generate(req, timeout=60)
         worker = eng._thread
@@ -77,8 +76,6 @@ def test_an_idle_engine_ends_its_thread_and_the_next_request_starts_one(stories_
                              timeout=60)
         assert again.token_ids == first.token_ids
         assert eng.stats().running == 0
-    finally:
-        eng.shutdown()
     assert eng._thread is not None and not eng._thread.is_alive()
     assert eng.stats().state == "stopped"
 

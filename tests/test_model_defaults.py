@@ -9,7 +9,7 @@ import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 from npu_console.engine.runtime.variant import sampling_defaults
-from support.api import STORY_PROMPT, running_server
+from support.api import STORY_PROMPT, own_engine, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -39,17 +39,13 @@ def test_only_settings_away_from_transformers_defaults_and_valid_ones_are_taken(
 @pytest.fixture(scope="module")
 def engine(stories_dir):
     from npu_console.engine.models import load_model
-    from npu_console.engine.runtime.config import EngineConfig
-    from npu_console.engine.runtime.engine import LocalEngine
 
     loaded = load_model(stories_dir, name="stories")
     # greedy by default (top_k 1) and a repetition penalty: deterministic and visible
     loaded.model.generation_config.top_k = 1
     loaded.model.generation_config.repetition_penalty = PENALTY
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    eng.add_model(loaded).result(120)
-    yield eng
-    eng.shutdown()
+    with own_engine(loaded, timeout=120) as eng:
+        yield eng
 
 
 def _text(engine, **params) -> str:

@@ -11,6 +11,7 @@ import torch
 from npu_console.engine import kernels
 from npu_console.engine.kernels import cpu, native, qmath
 from npu_console.engine.quant.qlinear import QuantLinear
+from support.api import own_engine
 from support.kernels import assert_same_greedy_tokens, avx2_only_build
 from support.models import needs_native
 
@@ -188,7 +189,6 @@ def test_a_group_32_model_generates_the_same_tokens_natively_and_on_pytorch(grou
     the same greedy tokens."""
     needs_native()
     from npu_console.engine.models.loader import load_model
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     _, out = grouped_export
@@ -196,14 +196,11 @@ def test_a_group_32_model_generates_the_same_tokens_natively_and_on_pytorch(grou
     tok = served.tokenizer
     prompts = [tok.encode(t) for t in ("Hello, how are you?", "The cat sat on",
                                        "Write a story about a dog", "1 2 3")]
-    eng = LocalEngine(EngineConfig(num_threads=1, max_batched_tokens=48))
-    try:
+    with own_engine(None, max_batched_tokens=48) as eng:
         info = eng.add_model(served).result(120)
         handles = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
             max_tokens=24, temperature=0, ignore_eos=True))) for p in prompts]
         got = [list(h.result(120).token_ids) for h in handles]
-    finally:
-        eng.shutdown()
     assert info.int8_kernels == "native-avx2" and info.decode_step == "native"
 
     fallback = load_model(out).model  # fresh layers: none bound to the native kernel yet

@@ -14,6 +14,7 @@ from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
 from npu_console.engine.quant.config import QuantConfig, QuantError
 from npu_console.engine.quant.evaluate import weight_bytes
 from npu_console.engine.quant.qlinear import QuantEmbedding, QuantLinear
+from support.api import own_engine
 
 
 def _logits(model, ids):
@@ -58,7 +59,6 @@ def test_tied_head_is_one_int8_table_and_stays_close_to_float(stories_dir, probe
 
 def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
     from npu_console.engine.models import load_model
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
     model, _ = load_float(stories_dir)
@@ -81,14 +81,11 @@ def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
     with torch.inference_mode():
         for _ in range(16):
             ids = torch.cat([ids, back(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    try:
+    with own_engine(None) as eng:
         info = eng.add_model(loaded).result(60)
         assert info.path_kind == "batched"
         done = eng.generate(GenerationRequest(prompt_token_ids=prompt, params=SamplingParams(
             max_tokens=16, temperature=0.0, ignore_eos=True)), timeout=60)
-    finally:
-        eng.shutdown()
     assert list(done.token_ids) == ids[0, 12:].tolist()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from npu_console.engine.bench.random_model import QWEN25_05B, make_random_qwen
+from support.api import own_engine
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +30,12 @@ def test_loader_keeps_the_declared_word_tokenizer(tiny_qwen):
 
 
 def test_engine_streams_one_word_per_generated_token(tiny_qwen):
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
     from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
 
-    engine = LocalEngine(EngineConfig(num_threads=1))
-    try:
-        engine.load(tiny_qwen, name="tiny").result(120)
+    with own_engine(tiny_qwen, "tiny", timeout=120) as engine:
         done = engine.generate(GenerationRequest(
             prompt="t5 t6 t7", params=SamplingParams(max_tokens=12, temperature=0,
                                                     ignore_eos=True)), timeout=120)
-    finally:
-        engine.shutdown()
     assert done.finish.usage.prompt_tokens == 3
     assert done.finish.usage.completion_tokens == 12
     words = done.text.split()

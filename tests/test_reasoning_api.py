@@ -3,12 +3,13 @@ the official `openai` package, httpx, our remote client and the serving benchmar
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import httpx
 import pytest
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
-from support.api import running_server, sse_events
+from support.api import own_engine, running_server, sse_events
 
 pytestmark = pytest.mark.slow
 
@@ -18,25 +19,20 @@ ASK = {"model": "think", "messages": [{"role": "user", "content": "Spell rocket 
        "temperature": 0, "max_tokens": 200}
 
 
+@contextlib.contextmanager
 def _engine(think_model_dir, demo_model_dir=None, **config):
-    from npu_console.engine.runtime.config import EngineConfig
-    from npu_console.engine.runtime.engine import LocalEngine
-
-    eng = LocalEngine(EngineConfig(max_running=4, num_threads=1, **config))
-    eng.load(think_model_dir, name="think", default=True).result(300)
-    if demo_model_dir is not None:
-        eng.load(demo_model_dir, name="demo").result(300)
-    return eng
+    with own_engine(None, max_running=4, **config) as eng:
+        eng.load(think_model_dir, name="think", default=True).result(300)
+        if demo_model_dir is not None:
+            eng.load(demo_model_dir, name="demo").result(300)
+        yield eng
 
 
 @pytest.fixture(scope="module")
 def served(think_model_dir, demo_model_dir):
-    eng = _engine(think_model_dir, demo_model_dir)
-    try:
-        with running_server(eng, stream_interval_ms=0) as (_, url):
-            yield eng, url
-    finally:
-        eng.shutdown()
+    with _engine(think_model_dir, demo_model_dir) as eng, \
+            running_server(eng, stream_interval_ms=0) as (_, url):
+        yield eng, url
 
 
 @pytest.fixture()
@@ -126,12 +122,9 @@ def test_models_without_reasoning_send_no_reasoning_fields(served):
 
 
 def test_reasoning_parser_none_serves_raw_text(think_model_dir):
-    eng = _engine(think_model_dir, reasoning_parser="none")
-    try:
-        with running_server(eng) as (_, url):
-            whole, _ = _raw(url, ASK)
-    finally:
-        eng.shutdown()
+    with _engine(think_model_dir, reasoning_parser="none") as eng, \
+            running_server(eng) as (_, url):
+        whole, _ = _raw(url, ASK)
     message = whole["choices"][0]["message"]
     assert "reasoning_content" not in message
     assert message["content"].startswith("<think>\n") and "\n</think>\n\n" in message["content"]
@@ -177,18 +170,13 @@ def test_bench_serve_reports_time_to_first_answer_token(served):
 def test_smollm2_answers_as_before(smollm2_gguf):
     """SmolLM2-135M-Instruct (a real chat model whose template has no think tags): no parser,
     no reasoning fields, streaming or not."""
-    from npu_console.engine.runtime.config import EngineConfig
-    from npu_console.engine.runtime.engine import LocalEngine
-    eng = LocalEngine(EngineConfig(max_running=2, num_threads=1))
-    try:
+    with own_engine(None, max_running=2) as eng:
         info = eng.load(smollm2_gguf, name="smollm2").result(900)
         assert info.reasoning_parser is None
         with running_server(eng) as (_, url):
             whole, chunks = _raw(url, {
                 "model": "smollm2", "temperature": 0, "max_tokens": 16,
                 "messages": [{"role": "user", "content": "What is the capital of France?"}]})
-    finally:
-        eng.shutdown()
     assert set(whole["choices"][0]["message"]) == {"role", "content"}
     assert "Paris" in whole["choices"][0]["message"]["content"]
     assert "completion_tokens_details" not in whole["usage"]

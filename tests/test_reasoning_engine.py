@@ -14,6 +14,7 @@ from npu_console.engine.runtime.types import (
     SamplingParams,
     TokenEvent,
 )
+from support.api import own_engine
 
 pytestmark = pytest.mark.slow
 
@@ -22,19 +23,15 @@ GREEDY = SamplingParams(max_tokens=200, temperature=0.0)
 
 
 def make_engine(**config):
-    from npu_console.engine.runtime.config import EngineConfig
-    from npu_console.engine.runtime.engine import LocalEngine
-
-    return LocalEngine(EngineConfig(max_running=4, num_threads=1, **config))
+    return own_engine(None, max_running=4, **config)
 
 
 @pytest.fixture(scope="module")
 def engine(think_model_dir, demo_model_dir):
-    eng = make_engine()
-    eng.load(think_model_dir, name="think", default=True).result(300)
-    eng.load(demo_model_dir, name="demo").result(300)
-    yield eng
-    eng.shutdown()
+    with make_engine() as eng:
+        eng.load(think_model_dir, name="think", default=True).result(300)
+        eng.load(demo_model_dir, name="demo").result(300)
+        yield eng
 
 
 def ask(engine, question=QUESTION, params=GREEDY, model=None):

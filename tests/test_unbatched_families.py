@@ -12,8 +12,8 @@ import sys
 
 import pytest
 import torch
-from npu_console.engine.runtime import EngineConfig, LocalEngine
 from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+from support.api import own_engine
 from support.models import _tokenizer, tiny
 
 REASON = "runs unbatched: no native support for GPT2LMHeadModel"
@@ -45,14 +45,11 @@ def test_unknown_family_loads_runs_and_says_so(gpt2_dir):
     from npu_console.engine.models import load_model
 
     loaded = load_model(gpt2_dir, device="cpu", dtype="float32", name="g")
-    eng = LocalEngine(EngineConfig(num_threads=1))
-    try:
+    with own_engine(None) as eng:
         info = eng.add_model(loaded, name="g").result(300)
         gemma = eng.add_model(tiny("gemma3"), name="gemma").result(300)
         res = eng.generate(GenerationRequest(prompt_token_ids=list(range(5, 17)), params=SamplingParams(
             max_tokens=6, temperature=0, ignore_eos=True), model="g"))
-    finally:
-        eng.shutdown()
     assert info.path_kind == "fallback" and info.unbatched_reason == REASON
     assert gemma.path_kind == "batched" and gemma.unbatched_reason == ""
     ids = torch.tensor([list(range(5, 17))])
