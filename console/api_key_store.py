@@ -10,8 +10,8 @@ import logging
 import os
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_text
-from npu_console.engine.paths import state_dir
+from ..engine.atomic_files import atomic_write_text
+from ..engine.paths import state_dir
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from npu_console.console.context import ConsoleContext
-from npu_console.console.main_window import MainWindow
-from npu_console.console.settings import open_settings
-from npu_console.console.signals import install_quit_signals
-from npu_console.console.theme import app_icon, apply_theme
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
+
+from .context import ConsoleContext
+from .main_window import MainWindow
+from .settings import open_settings
+from .signals import install_quit_signals
+from .theme import app_icon, apply_theme
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +85,14 @@ def start_background(ctx: ConsoleContext, options: LaunchOptions) -> None:
     ctx.engine_host.start()
     model = options.model
     if model is None:
-        from npu_console.engine.paths import DEMO_MODEL_DIR
+        from ..engine.paths import DEMO_MODEL_DIR
 
         # a checkout without the trained demo model still opens; the user picks a folder
         model = str(DEMO_MODEL_DIR) if (DEMO_MODEL_DIR / "config.json").exists() else ""
     if model:
         models_page = _page(ctx, "models")
         if models_page is not None and models_page.open_folder(model):
-            from npu_console.console.pages.models_weights import sync_weights
+            from .pages.models_weights import sync_weights
 
             sync_weights(models_page.weights_box, models_page.report, want=options.load_as)
             models_page.start_load()

@@ -4,7 +4,7 @@ summary text). The page binds to this and draws."""
 
 from __future__ import annotations
 
-from npu_console.console.bench_store import (
+from .bench_store import (
     BenchRecord,
     BenchStore,
     offline_record,
@@ -45,7 +45,7 @@ class BenchHistory:
 def offline_work(opts: dict, name: str):
     """A sweep over a loaded model: its BenchRecord, or None when cancelled before a batch."""
     def work(report):
-        from npu_console.engine.bench import OfflineConfig, run_offline_sweep
+        from ..engine.bench import OfflineConfig, run_offline_sweep
 
         res = run_offline_sweep(OfflineConfig(**opts),
                                 progress=lambda p: report(p.fraction, p.message),
@@ -58,7 +58,7 @@ def offline_work(opts: dict, name: str):
 def serving_work(opts: dict, slo: dict):
     """A serving run against an OpenAI endpoint: its BenchRecord, or None when cancelled."""
     def work(report):
-        from npu_console.engine.bench import SLO, ServingConfig, run_serving_benchmark
+        from ..engine.bench import SLO, ServingConfig, run_serving_benchmark
 
         res = run_serving_benchmark(ServingConfig(**opts, slo=SLO(**slo)),
                                     progress=lambda p: report(p.fraction, p.message),

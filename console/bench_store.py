@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
-from npu_console.engine.typed_records import check_fields
+from ..engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from ..engine.typed_records import check_fields
 
 HISTORY_LIMIT = 50
 
@@ -73,7 +73,7 @@ def _check(data) -> None:
 class BenchStore:
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from npu_console.engine.paths import state_dir
+            from ..engine.paths import state_dir
 
             path = state_dir() / "bench_runs.json"
         self.path = Path(path)

@@ -111,7 +111,7 @@ class EngineBridge(QObject):
         a server gone) ends the stream with an error finish."""
         engine = engine if engine is not None else self.engine
         if engine is None:
-            from npu_console.engine.runtime.types import NoModelLoadedError
+            from ..engine.runtime.types import NoModelLoadedError
 
             raise NoModelLoadedError("The engine is not running yet; load a model first.")
         validate = getattr(engine, "validate", None)
@@ -156,7 +156,7 @@ class EngineBridge(QObject):
             return [rid for rid, s in self._streams.items() if s.finish is None]
 
     def _read(self, stream: _Stream) -> None:
-        from npu_console.engine.runtime.types import FinishEvent, TokenEvent
+        from ..engine.runtime.types import FinishEvent, TokenEvent
 
         try:
             for event in stream.handle:
@@ -262,7 +262,7 @@ class EngineBridge(QObject):
 
 
 def _error_finish(request_id: str, message: str):
-    from npu_console.engine.runtime.types import FinishEvent, RequestTimings, Usage
+    from ..engine.runtime.types import FinishEvent, RequestTimings, Usage
 
     now = time.time()
     return FinishEvent(request_id=request_id, finish_reason="error", usage=Usage(0, 0),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from npu_console.console.chat_store import ChatStore, Conversation, Message, Pane
+from .chat_store import ChatStore, Conversation, Message, Pane
 
 TITLE_CHARS = 48
 
@@ -59,7 +59,7 @@ class ChatSession:
         """(pane index, empty reply, GenerationRequest) for each pane, from the sampling panel's
         `values` (its system prompt is kept with the chat) and `params`; `models[i]` serves
         pane i. The caller appends each reply once its request is accepted."""
-        from npu_console.engine.runtime.types import GenerationRequest
+        from ..engine.runtime.types import GenerationRequest
 
         self.conv.system_prompt = values["system_prompt"]
         self.conv.params = {k: v for k, v in values.items() if k != "system_prompt"}

@@ -11,8 +11,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_text, keep_corrupt
-from npu_console.engine.paths import state_dir
+from ..engine.atomic_files import atomic_write_text, keep_corrupt
+from ..engine.paths import state_dir
 
 
 @dataclass

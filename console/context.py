@@ -7,15 +7,16 @@ import logging
 import threading
 import time
 
-from npu_console.console.api_key_store import ApiKeyStore
-from npu_console.console.bridge import EngineBridge
-from npu_console.console.engine_host import EngineHost
-from npu_console.console.fleet_control import FleetControl
-from npu_console.console.loads import LoadTracker, connect_host
-from npu_console.console.remote_host import RemoteHost
-from npu_console.console.server_service import ServerService
-from npu_console.console.telemetry_control import TelemetryControl
 from PySide6.QtCore import QObject, Signal
+
+from .api_key_store import ApiKeyStore
+from .bridge import EngineBridge
+from .engine_host import EngineHost
+from .fleet_control import FleetControl
+from .loads import LoadTracker, connect_host
+from .remote_host import RemoteHost
+from .server_service import ServerService
+from .telemetry_control import TelemetryControl
 
 log = logging.getLogger(__name__)
 

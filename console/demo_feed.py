@@ -49,7 +49,7 @@ def tiles(snap: Any) -> Tiles | None:
 def request(text: str, model: str, reasoner: bool) -> Any:
     """The GenerationRequest one side sends, greedy: a reasoning model is asked as a chat, so
     its thinking comes apart from its answer; any other gets the plain prompt."""
-    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+    from ..engine.runtime.types import GenerationRequest, SamplingParams
 
     params = SamplingParams(max_tokens=REASONING_TOKENS if reasoner else ANSWER_TOKENS,
                             temperature=0.0)

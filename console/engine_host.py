@@ -11,8 +11,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_console.console.threads import start_thread
 from PySide6.QtCore import QObject, Signal
+
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,9 @@ class EngineHost(QObject):
 
     def _start(self) -> None:
         try:
-            from npu_console.engine.devices import import_torch, list_devices
-            from npu_console.engine.runtime.config import EngineConfig
-            from npu_console.engine.runtime.engine import LocalEngine
+            from ..engine.devices import import_torch, list_devices
+            from ..engine.runtime.config import EngineConfig
+            from ..engine.runtime.engine import LocalEngine
 
             torch = import_torch()
             # leave a core to the GUI thread: spin-waiting OpenMP workers starve painting
@@ -180,7 +181,7 @@ class EngineHost(QObject):
         """The engine's one load path (LocalEngine.load: folder or GGUF, then the KV cache),
         its progress forwarded as signals and the page's cancel passed on to its job."""
         if cancel.is_set():
-            from npu_console.engine.runtime.types import Cancelled
+            from ..engine.runtime.types import Cancelled
 
             raise Cancelled("loading cancelled")
         engine_job = self.engine.load(job.path, name=job.name, device=job.device,

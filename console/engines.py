@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from npu_console.engine.remote.urls import normalize_base_url
+from ..engine.remote.urls import normalize_base_url
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ModelChoice:
 
 
 def remote_engine(url: str, api_key: str | None):
-    from npu_console.engine.remote.client import RemoteEngine
+    from ..engine.remote.client import RemoteEngine
 
     # a short connect timeout: a server that went away must fail a chat in seconds
     return RemoteEngine(url, api_key or None, connect_timeout_s=5.0, poll_interval_s=2.0)
@@ -115,7 +115,7 @@ class Engines:
         conn = self.get(url)
         if conn is None:
             return None
-        from npu_console.engine.runtime.types import EngineError
+        from ..engine.runtime.types import EngineError
 
         try:
             conn.models = conn.engine.models()

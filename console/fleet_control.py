@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from npu_console.engine.remote.fleet import FleetMonitor, HostSnapshot, ServerRef
-from npu_console.engine.remote.urls import normalize_base_url
 from PySide6.QtCore import QObject, Qt, Signal
+
+from ..engine.remote.fleet import FleetMonitor, HostSnapshot, ServerRef
+from ..engine.remote.urls import normalize_base_url
 
 log = logging.getLogger(__name__)
 

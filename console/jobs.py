@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from npu_console.console.threads import start_thread
-from npu_console.engine.runtime.types import Cancelled
 from PySide6.QtCore import QObject, Signal
+
+from ..engine.runtime.types import Cancelled
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from npu_console.console.events import Emitter
+from .events import Emitter
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,6 @@ import importlib
 import logging
 import platform
 
-from npu_console.console.pages import PAGES
-from npu_console.console.pages.base import Page
-from npu_console.console.theme import THEME_NAMES, app_icon, apply_theme
-from npu_console.console.widgets.basic import Badge, Lamp
-from npu_console.console.widgets.engine_alert import EngineCrashBanner
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
@@ -24,6 +19,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from .pages import PAGES
+from .pages.base import Page
+from .theme import THEME_NAMES, app_icon, apply_theme
+from .widgets.basic import Badge, Lamp
+from .widgets.engine_alert import EngineCrashBanner
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class MainWindow(QMainWindow):
 
     def report_corrupt_files(self) -> str:
         """Say in the status bar which settings/history files were damaged and kept aside."""
-        from npu_console.engine.atomic_files import corrupt_files
+        from ..engine.atomic_files import corrupt_files
 
         found = corrupt_files()
         if len(found) <= self._corrupt_seen:
@@ -215,7 +216,7 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        from npu_console.console.widgets.servers_menu import add_server_actions
+        from .widgets.servers_menu import add_server_actions
 
         self.connect_action, self.servers_menu = add_server_actions(file_menu, self)
         file_menu.addSeparator()
@@ -237,7 +238,7 @@ class MainWindow(QMainWindow):
 
     def open_demo(self):
         """Full-screen presentation view (console.pages.demo); Esc closes it."""
-        from npu_console.console.pages.demo import DemoView
+        from .pages.demo import DemoView
 
         if getattr(self, "demo", None) is None:
             self.demo = DemoView(self.ctx, self)
@@ -254,9 +255,10 @@ class MainWindow(QMainWindow):
         self.ctx.settings.setValue("ui/theme", name)
 
     def about_text(self) -> str:
-        from npu_console.engine import __version__
         from PySide6 import __version__ as pyside_version
         from PySide6.QtCore import qVersion
+
+        from ..engine import __version__
 
         versions = self.ctx.engine_host.versions()
         rows = [("NPU Console", __version__), ("Python", platform.python_version()),

@@ -6,8 +6,8 @@ import math
 import re
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_json, load_json
-from npu_console.engine.paths import state_dir
+from ..engine.atomic_files import atomic_write_json, load_json
+from ..engine.paths import state_dir
 
 DEFAULT = {"system_prompt": "", "temperature": 0.7, "top_p": 0.95, "top_k": 0, "max_tokens": 256,
            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,

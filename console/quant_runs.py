@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_json, check_runs_history, load_json
-from npu_console.engine.typed_records import check_fields
+from ..engine.atomic_files import atomic_write_json, check_runs_history, load_json
+from ..engine.typed_records import check_fields
 
 PRESET_LABELS = {"all": "All linear layers", "attention": "Attention only",
                  "no-down-proj": "All but down_proj", "custom": "Custom skip list"}
@@ -86,7 +86,7 @@ class QuantPlan:
 
     @property
     def head_mode(self) -> str:
-        from npu_console.engine.quant.head import head_mode
+        from ..engine.quant.head import head_mode
 
         return head_mode(self.int8_head)
 
@@ -96,8 +96,8 @@ class QuantPlan:
     def request(self, out_dir: str | Path | None = None):
         """The workflow request: quantize (auto recipe), export natively, measure float vs
         INT8 on the held-out text with the wizard's sizes."""
-        from npu_console.engine.quant.report import EvalSpec
-        from npu_console.engine.quant.workflow import QuantizeRequest
+        from ..engine.quant.report import EvalSpec
+        from ..engine.quant.workflow import QuantizeRequest
 
         text = str(eval_file(self))
         return QuantizeRequest(
@@ -112,7 +112,7 @@ class QuantPlan:
                               ctx=EVAL_CTX, batch8=False, kl=False))
 
     def sensitivity_request(self):
-        from npu_console.engine.quant.analysis import SensitivityRequest
+        from ..engine.quant.analysis import SensitivityRequest
 
         return SensitivityRequest(model_dir=self.model_dir, eval_file=str(eval_file(self)),
                                   method=self.method, preset=self.engine_preset,
@@ -206,13 +206,13 @@ def run_plan(plan: QuantPlan, on_event=None, cancel: threading.Event | None = No
              out_dir: str | Path | None = None) -> QuantRun:
     """Run the workflow for the wizard's plan. A cancel or an error at any stage leaves no
     output folder behind (the workflow puts the checkpoint in place only at the end)."""
-    from npu_console.engine.quant.workflow import run_workflow
+    from ..engine.quant.workflow import run_workflow
 
     return QuantRun.from_result(plan, run_workflow(plan.request(out_dir), on_event, cancel))
 
 
 def run_sensitivity(plan: QuantPlan, on_event=None, cancel: threading.Event | None = None):
-    from npu_console.engine.quant.analysis import run_sensitivity as analyse
+    from ..engine.quant.analysis import run_sensitivity as analyse
 
     return analyse(plan.sensitivity_request(), on_event, cancel)
 
@@ -220,7 +220,7 @@ def run_sensitivity(plan: QuantPlan, on_event=None, cancel: threading.Event | No
 def export_run(run: QuantRun, fmt: str, dest: str | Path, on_event=None,
                overwrite: bool = False) -> Path:
     """Write the run's checkpoint in another format (every export is atomic)."""
-    from npu_console.engine.quant.workflow import reexport
+    from ..engine.quant.workflow import reexport
 
     return reexport(run.out_dir, fmt, str(dest), source_dir=run.plan["model_dir"],
                     overwrite=overwrite, on_event=on_event)
@@ -336,7 +336,7 @@ def head_row(run: QuantRun) -> tuple[str, str, str]:
 def head_recommendation(model_dir: str) -> tuple[bool, float | None]:
     """(auto turns the int8 head on, the head's share of the weights) of a model folder or
     GGUF, from its headers only; (False, None) when they do not say."""
-    from npu_console.engine.quant.head import recommended, share_of_path
+    from ..engine.quant.head import recommended, share_of_path
 
     try:
         share = share_of_path(model_dir)
@@ -351,7 +351,7 @@ def _now() -> str:
 
 def default_eval_file() -> Path | None:
     """Held-out text when the project ships it, else the calibration text."""
-    from npu_console.engine.paths import CALIB_DIR
+    from ..engine.paths import CALIB_DIR
 
     for name in ("heldout_demo.txt", "calibration.txt"):
         if (CALIB_DIR / name).is_file():
@@ -360,7 +360,7 @@ def default_eval_file() -> Path | None:
 
 
 def eval_file(plan: QuantPlan) -> Path:
-    from npu_console.engine.quant.config import QuantError
+    from ..engine.quant.config import QuantError
 
     path = default_eval_file()
     if path is None and plan.calib_file:
@@ -373,10 +373,10 @@ def eval_file(plan: QuantPlan) -> Path:
 
 def calib_summary(path: str | None) -> tuple[int, int]:
     """(documents, words) of a calibration file; raises QuantError with a one-line reason."""
-    from npu_console.engine.quant.calib import read_texts
+    from ..engine.quant.calib import read_texts
 
     if path is not None and Path(path).is_file() and Path(path).stat().st_size > 200 * 2**20:
-        from npu_console.engine.quant.config import QuantError
+        from ..engine.quant.config import QuantError
 
         raise QuantError(f"{path} is larger than 200 MB; pick a smaller calibration file")
     texts = read_texts(path)
@@ -384,7 +384,7 @@ def calib_summary(path: str | None) -> tuple[int, int]:
 
 
 def runs_dir() -> Path:
-    from npu_console.engine.paths import state_dir
+    from ..engine.paths import state_dir
 
     return state_dir() / "quantized"
 
@@ -394,7 +394,7 @@ class QuantRunStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from npu_console.engine.paths import state_dir
+            from ..engine.paths import state_dir
 
             path = state_dir() / "quant_runs.json"
         self.path = Path(path)

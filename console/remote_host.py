@@ -16,11 +16,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from npu_console.console.engines import LOCAL, Connection, Engines, host_label
-from npu_console.console.servers import ServerStore
-from npu_console.console.threads import start_thread
-from npu_console.engine.remote.urls import normalize_base_url
 from PySide6.QtCore import QObject, QTimer, Signal
+
+from ..engine.remote.urls import normalize_base_url
+from .engines import LOCAL, Connection, Engines, host_label
+from .servers import ServerStore
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class RemoteHost(QObject):
         if fleet is None or not hasattr(fleet, "add_server"):
             return
         try:
-            from npu_console.engine.remote.fleet import ServerRef
+            from ..engine.remote.fleet import ServerRef
 
             fleet.add_server(ServerRef(conn.url, key, conn.name))
         except Exception as exc:  # noqa: BLE001 - chat and benchmark work without the fleet

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from npu_console.console.quant_runs import QuantPlan, QuantRun, VariantMeasure, _now
-from npu_console.console.threads import start_thread
-from npu_console.engine.remote.admin import AdminListing, JobState, RemoteAdmin
-from npu_console.engine.runtime.types import Cancelled, EngineError
+from ..engine.remote.admin import AdminListing, JobState, RemoteAdmin
+from ..engine.runtime.types import Cancelled, EngineError
+from .quant_runs import QuantPlan, QuantRun, VariantMeasure, _now
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.app import LaunchOptions, build_window, ensure_app
-from npu_console.console.testing import model_names, pump_until
 from PySide6.QtWidgets import QApplication
+
+from .app import LaunchOptions, build_window, ensure_app
+from .testing import model_names, pump_until
 
 LOAD_TIMEOUT_S = 180.0
 

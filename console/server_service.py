@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from npu_console.console.threads import start_thread
-from npu_console.engine.api.settings import ApiSettings, parse_hosts
+from ..engine.api.settings import ApiSettings, parse_hosts
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,9 @@ class ServerService:
             # fastapi/uvicorn/pydantic import here, never on the GUI thread: the import takes
             # a while, and racing a model load's imports of pydantic broke it half-initialised
             try:
-                from npu_console.engine.api.request_log import RequestLog
-                from npu_console.engine.api.server import ServerController
-                from npu_console.engine.api.settings import parse_origins
+                from ..engine.api.request_log import RequestLog
+                from ..engine.api.server import ServerController
+                from ..engine.api.settings import parse_origins
 
                 if self.controller is None or self.controller.engine is not engine:
                     if self.request_log is None:

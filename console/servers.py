@@ -12,8 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from npu_console.console.api_key_store import ApiKeyStore, secrets_dir
-from npu_console.engine.remote.urls import normalize_base_url
+from ..engine.remote.urls import normalize_base_url
+from .api_key_store import ApiKeyStore, secrets_dir
 
 log = logging.getLogger(__name__)
 

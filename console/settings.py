@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from npu_console.engine.atomic_files import keep_corrupt
-from npu_console.engine.paths import state_dir
 from PySide6.QtCore import QSettings
+
+from ..engine.atomic_files import keep_corrupt
+from ..engine.paths import state_dir
 
 SETTINGS_ENV = "NPU_CONSOLE_SETTINGS"
 

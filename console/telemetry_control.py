@@ -6,8 +6,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from npu_console.console.threads import start_thread
 from PySide6.QtCore import QObject, Signal
+
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,14 @@ class TelemetryControl(QObject):
         self.replay_files: tuple[str, ...] = ()
 
     def start_live(self) -> None:
-        from npu_console.engine.telemetry import make_provider
+        from ..engine.telemetry import make_provider
 
         self._swap(make_provider("auto"), LIVE_INTERVAL_S, ())
 
     def start_replay(self, files) -> None:
         """Replay captures in order, one per poll (cycled); a folder stands for its table captures
         with their sub-command captures (chip details). Raises ValueError for missing paths."""
-        from npu_console.engine.telemetry import make_provider
+        from ..engine.telemetry import make_provider
 
         files = tuple(str(Path(f)) for f in files)
         missing = [f for f in files if not Path(f).exists()]
@@ -45,7 +46,7 @@ class TelemetryControl(QObject):
         self._swap(make_provider("replay", replay_files=files), REPLAY_INTERVAL_S, files)
 
     def _swap(self, provider, interval: float, files: tuple[str, ...]) -> None:
-        from npu_console.engine.telemetry import TelemetryPoller, default_rules
+        from ..engine.telemetry import TelemetryPoller, default_rules
 
         old = self.poller
         poller = TelemetryPoller(provider, interval_s=interval, rules=default_rules(),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from npu_console.console.app import LaunchOptions, build_window
 from PySide6.QtWidgets import QApplication
+
+from .app import LaunchOptions, build_window
 
 
 def make_window(settings_dir: str | Path, **options):

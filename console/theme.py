@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from npu_console.engine.paths import ASSETS_DIR
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
+
+from ..engine.paths import ASSETS_DIR
 
 THEMES_DIR = ASSETS_DIR / "themes"
 ICON_PATH = ASSETS_DIR / "icons" / "app.svg"

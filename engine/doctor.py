@@ -56,7 +56,7 @@ def check_torch() -> list[Check]:
                          f"torch_npu {base_n} needs torch {base_n}: pip install torch=={base_n}"))
     else:
         out.append(Check("torch_npu", "ok", f"{nv} (matches torch {tv})"))
-    from npu_console.engine.devices import npu_import_error
+    from .devices import npu_import_error
 
     err = npu_import_error()
     if err:
@@ -149,8 +149,8 @@ def check_nvidia() -> Check:
 
 
 def check_devices() -> list[Check]:
-    from npu_console.engine.devices import list_devices
-    from npu_console.engine.models.memory import format_bytes
+    from .devices import list_devices
+    from .models.memory import format_bytes
 
     out = []
     for d in list_devices():
@@ -165,7 +165,7 @@ def check_devices() -> list[Check]:
 def check_cpu_kernels() -> Check:
     """Which CPU kernels decode steps use (fp32 and INT8 products); builds the native ones if
     needed."""
-    from npu_console.engine.kernels import native
+    from .kernels import native
 
     info = native.build()
     flags = native.cpu_flags()
@@ -194,8 +194,8 @@ def check_cpu_kernels() -> Check:
 def check_gguf_cache() -> Check:
     """The GGUF conversion cache: its size against the limit that eviction keeps, and whether
     it is private to this user (it holds weights that get loaded)."""
-    from npu_console.engine.models import gguf
-    from npu_console.engine.models.gguf_convert import (
+    from .models import gguf
+    from .models.gguf_convert import (
         CACHE_ENV,
         cache_entries,
         cache_limit_bytes,
@@ -229,8 +229,8 @@ def check_env() -> Check:
 
 
 def check_demo_model() -> Check:
-    from npu_console.engine.models.folder import inspect_model_folder
-    from npu_console.engine.paths import DEMO_MODEL_DIR
+    from .models.folder import inspect_model_folder
+    from .paths import DEMO_MODEL_DIR
 
     report = inspect_model_folder(DEMO_MODEL_DIR)
     if not report.ok:
@@ -242,7 +242,7 @@ def check_demo_model() -> Check:
 def check_model(path: str | Path) -> Check:
     """A model the user brings: whether it loads, and whether it runs batched (our family
     modules) or one request at a time through transformers."""
-    from npu_console.engine.models.folder import inspect_model_folder
+    from .models.folder import inspect_model_folder
 
     report = inspect_model_folder(Path(path))
     if not report.ok:
@@ -259,9 +259,9 @@ def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: in
     """The memory plan of a model before any work: weights in each form it can load in (float
     in the device's default dtype; a GGUF also as INT8), the KV cache for the context x batch,
     and the headroom against what the device has free."""
-    from npu_console.engine.devices import default_dtype, get_device
-    from npu_console.engine.models.folder import inspect_model_folder
-    from npu_console.engine.models.memory import GGUF_INT8, estimate_memory, plan_text
+    from .devices import default_dtype, get_device
+    from .models.folder import inspect_model_folder
+    from .models.memory import GGUF_INT8, estimate_memory, plan_text
 
     report = inspect_model_folder(Path(path))
     if not report.ok:
@@ -289,7 +289,7 @@ def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: in
 def check_gui_extra() -> Check:
     """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
     without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
-    from npu_console.engine.cli.gui_cmd import GUI_MODULES, missing_gui_modules
+    from .cli.gui_cmd import GUI_MODULES, missing_gui_modules
 
     missing = missing_gui_modules()
     if missing:
@@ -318,7 +318,7 @@ def check_display() -> Check:
 def check_xcb_libraries(os_release: str = "/etc/os-release") -> Check:
     """The system libraries Qt's xcb plugin needs (a missing one aborts `gui` on an X
     display), with the distribution's install line."""
-    from npu_console.engine.cli import gui_libs
+    from .cli import gui_libs
 
     missing = gui_libs.missing_xcb_libraries()
     if missing is None:
@@ -334,7 +334,7 @@ def check_xcb_libraries(os_release: str = "/etc/os-release") -> Check:
 
 
 def run_checks(npu_smi: str = "npu-smi", model: str | None = None) -> list[Check]:
-    from npu_console.engine.paths import state_dir
+    from .paths import state_dir
 
     checks = [check_python()]
     checks += check_torch()

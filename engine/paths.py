@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from npu_console import assets as _assets
+from .. import assets as _assets
 
 ASSETS_DIR = Path(_assets.__file__).resolve().parent
 DEMO_MODEL_DIR = ASSETS_DIR / "models" / "demo"

@@ -32,9 +32,24 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """The project modules `path` imports when it runs (TYPE_CHECKING blocks skipped)."""
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str | None:
+    """The absolute module a `from ... import` in `module` names (relative ones resolved as
+    Python does: `..` from npu_console.console.pages.chat is npu_console.console)."""
+    if not node.level:
+        return node.module
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level > len(package):
+        return None
+    base = package[:len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _imports(path: Path, known: dict[str, Path], module: str | None = None) -> set[str]:
+    """The project modules `path` imports when it runs (TYPE_CHECKING blocks skipped); relative
+    imports resolve against `module`, by default the file's own name in the checkout."""
     found: set[str] = set()
+    module = module or _module_name(path)
+    is_package = path.name == "__init__.py"
 
     def visit(nodes: list[ast.stmt] | list[ast.AST]) -> None:
         for node in nodes:
@@ -43,12 +58,13 @@ def _imports(path: Path, known: dict[str, Path]) -> set[str]:
                 continue
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                subs = {f"{node.module}.{a.name}" for a in node.names} & known.keys()
+            elif isinstance(node, ast.ImportFrom) and (
+                    base := _resolve(node, module, is_package)):
+                subs = {f"{base}.{a.name}" for a in node.names} & known.keys()
                 # `from pkg import submodule` imports the submodule; `from m import name`, m
-                found.update(subs or {node.module})
+                found.update(subs or {base})
                 if len(subs) < len(node.names):
-                    found.add(node.module)
+                    found.add(base)
             visit(list(ast.iter_child_nodes(node)))
 
     visit(ast.parse(path.read_text(encoding="utf-8")).body)
@@ -147,7 +163,23 @@ def test_the_import_bar_sees_an_import_inside_a_function(tmp_path, monkeypatch):
                    "if TYPE_CHECKING:\n    from npu_console.engine.quant import config\n"
                    "def f():\n    from npu_console.engine.quant.qlinear import QuantLinear\n")
     known = {"npu_console.engine.quant.qlinear": src, "npu_console.engine.quant.config": src}
-    assert _imports(src, known) == {"npu_console.engine.quant.qlinear"}
+    assert _imports(src, known, "npu_console.engine.m") == {"npu_console.engine.quant.qlinear"}
+
+
+def test_the_import_bar_resolves_relative_imports(tmp_path):
+    """engine/ and console/ import each other relatively: `..quant.qlinear` from the runtime is
+    npu_console.engine.quant.qlinear, `from .. import kernels` the kernels package."""
+    src = tmp_path / "m.py"
+    src.write_text("from ..quant.qlinear import QuantLinear\nfrom .. import kernels\n"
+                   "from . import sibling\nfrom ...console.app import run\n")
+    known = {m: src for m in ("npu_console.engine.quant.qlinear", "npu_console.engine.kernels",
+                              "npu_console.engine.runtime.sibling", "npu_console.console.app")}
+    assert _imports(src, known, "npu_console.engine.runtime.m") == set(known)
+    graph = {"npu_console.engine.runtime.m": _imports(src, known, "npu_console.engine.runtime.m"),
+             "npu_console.engine.quant.qlinear": {"npu_console.engine.runtime.m"}}
+    graph.update({m: set() for m in known if m not in graph})
+    assert _cycles(graph) == [frozenset({"npu_console.engine.runtime.m",
+                                         "npu_console.engine.quant.qlinear"})]
 
 
 def test_no_python_file_over_500_lines():
@@ -200,13 +232,16 @@ _QT = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
 
 
 def _all_imports(path: Path) -> set[str]:
-    """Every module name an import statement in `path` names (third-party ones too)."""
+    """Every module name an import statement in `path` names (third-party ones too; relative
+    ones by their full name)."""
     names: set[str] = set()
+    module, is_package = _module_name(path), path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (base := _resolve(node, module, is_package)):
+            # `from . import pages` names the pages package
+            names.update([base, *(f"{base}.{a.name}" for a in node.names)])
     return names
 
 

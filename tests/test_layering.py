@@ -13,21 +13,51 @@ QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
 CONSOLE = "npu_console.console"
 
 
-def test_no_engine_module_imports_qt_or_the_console():
+def resolve_from(node: ast.ImportFrom, path: Path, root: Path = ROOT) -> str | None:
+    """The absolute module a `from ... import` names, a relative one resolved against the file's
+    place in the checkout (engine/x.py is npu_console.engine.x); None past the top."""
+    if not node.level:
+        return node.module
+    rel = path.resolve().relative_to(root.resolve()).with_suffix("").parts
+    package = ["npu_console", *rel[:-1]]  # an __init__.py's package is its folder, as a module's
+    if node.level > len(package):
+        return None
+    base = package[:len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _engine_offenders(root: Path) -> list[str]:
     offenders = []
-    for path in ENGINE.rglob("*.py"):
+    for path in root.rglob("*.py"):
         if path.name == "gui_cmd.py":
             continue  # the one CLI entry that launches the console, importing it lazily
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{path.relative_to(ENGINE.parent)}: {n}" for n in names
+            elif isinstance(node, ast.ImportFrom) and (module := resolve_from(node, path, root.parent)):
+                # `from .. import console` names the console package as an imported name
+                names = [module, *(f"{module}.{a.name}" for a in node.names)]
+            offenders += [f"{path.relative_to(root.parent)}: {n}" for n in names
                           if n.split(".")[0] in QT_MODULES or n == CONSOLE
                           or n.startswith(CONSOLE + ".")]
-    assert not offenders
+    return offenders
+
+
+def test_no_engine_module_imports_qt_or_the_console():
+    assert not _engine_offenders(ENGINE)
+
+
+def test_the_engine_bar_sees_a_relative_import_of_the_console(tmp_path):
+    """Imports inside the package are relative; the bar resolves them, whichever form."""
+    (tmp_path / "engine" / "api").mkdir(parents=True)
+    (tmp_path / "engine" / "api" / "x.py").write_text(
+        "def f():\n    from ...console.app import run\n")
+    (tmp_path / "engine" / "y.py").write_text("from .. import console\n")
+    (tmp_path / "engine" / "z.py").write_text("from .runtime.types import EngineError\n")
+    assert sorted(_engine_offenders(tmp_path / "engine")) == [
+        "engine/api/x.py: npu_console.console.app", "engine/api/x.py: npu_console.console.app.run",
+        "engine/y.py: npu_console.console"]
 
 
 def test_importing_the_engine_api_and_cli_loads_no_qt():
@@ -136,6 +166,19 @@ def absolute_imports(path: Path) -> list[str]:
     return names
 
 
+def project_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """The modules a file under engine/ or console/ imports, anywhere in it, by full name:
+    `from ...engine.runtime.types import X` in console/pages/ is npu_console.engine.runtime.types,
+    as the absolute form would be."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (module := resolve_from(node, path, root)):
+            names.append(module)
+    return names
+
+
 def test_no_test_imports_another_test_module():
     """What tests share lives in tests/support (helpers) or tests/fakes (stand-ins for parts
     that cannot exist here), never in another test module."""
@@ -173,13 +216,27 @@ VIEW_ENGINE_IMPORTS = {
 }
 
 
-def test_pages_and_widgets_import_no_engine_internals():
-    root = Path(__file__).resolve().parent.parent / "console"
+def _view_offenders(root: Path) -> list[str]:
     bad = []
     for folder in ("pages", "widgets"):
         for path in sorted((root / folder).glob("*.py")):
-            for n in absolute_imports(path):
+            for n in project_imports(path, root.parent):
                 engine = n.startswith("npu_console.engine") and n not in VIEW_ENGINE_IMPORTS
                 if engine or n.split(".")[0] in ("torch", "torch_npu", "transformers"):
                     bad.append(f"{folder}/{path.name}: {n}")
+    return bad
+
+
+def test_pages_and_widgets_import_no_engine_internals():
+    bad = _view_offenders(ROOT / "console")
     assert not bad, bad
+
+
+def test_the_view_bar_sees_a_relative_import_of_the_runtime(tmp_path):
+    (tmp_path / "console" / "pages").mkdir(parents=True)
+    (tmp_path / "console" / "pages" / "p.py").write_text(
+        "from ...engine.runtime.types import EngineError\n"
+        "from ...engine.runtime.engine import LocalEngine\n"
+        "from ..chat_store import export\n")
+    assert _view_offenders(tmp_path / "console") == [
+        "pages/p.py: npu_console.engine.runtime.engine"]

@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyqtgraph as pg
-from npu_console.console.bench_history import (
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QTableWidgetItem
+
+from ..bench_history import (
     OFFLINE_HEADERS,
     SERVING_HEADERS,
     BenchHistory,
@@ -26,17 +29,15 @@ from npu_console.console.bench_history import (
     serving_summary,
     serving_work,
 )
-from npu_console.console.bench_store import (
+from ..bench_store import (
     BenchRecord,
     export_csv,
     export_json,
 )
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.pages import benchmark_layout
-from npu_console.console.pages.base import Page
-from npu_console.console.theme import current_theme
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QTableWidgetItem
+from ..jobs import BackgroundJob
+from ..theme import current_theme
+from . import benchmark_layout
+from .base import Page
 
 
 class BenchmarkPage(Page):

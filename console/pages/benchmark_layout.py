@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.bars import BarChart, radio_style
-from npu_console.console.widgets.basic import card, card_title, muted, page_title, spin
-from npu_console.console.widgets.bench_target import ServingTarget
-from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,6 +22,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..theme import current_theme
+from ..widgets.bars import BarChart, radio_style
+from ..widgets.basic import card, card_title, muted, page_title, spin
+from ..widgets.bench_target import ServingTarget
+from ..widgets.job_progress import JobProgress
 
 BATCH_CHOICES = (1, 2, 4, 8, 16)
 

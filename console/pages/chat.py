@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import time
 
-from npu_console.console.chat_session import ChatSession, LiveReply
-from npu_console.console.chat_store import export
-from npu_console.console.engines import LOCAL, ModelChoice
-from npu_console.console.pages import chat_layout
-from npu_console.console.pages.base import Page
 from PySide6.QtWidgets import QComboBox
+
+from ..chat_session import ChatSession, LiveReply
+from ..chat_store import export
+from ..engines import LOCAL, ModelChoice
+from . import chat_layout
+from .base import Page
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class ChatPage(Page):
                                  "waits for a model: load one on the Models page.")
 
     def _generate(self) -> list[str]:
-        from npu_console.engine.runtime.types import EngineError
+        from ...engine.runtime.types import EngineError
 
         self.error_label.setText("")
         try:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from npu_console.console.widgets.basic import card, muted, page_title
-from npu_console.console.widgets.chat_view import ChatInput, Transcript
-from npu_console.console.widgets.sampling_panel import SamplingPanel
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
@@ -22,6 +19,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..widgets.basic import card, muted, page_title
+from ..widgets.chat_view import ChatInput, Transcript
+from ..widgets.sampling_panel import SamplingPanel
 
 
 def build(page) -> None:

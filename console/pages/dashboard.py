@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 
-from npu_console.console.engines import host_label
-from npu_console.console.pages import dashboard_layout as layout
-from npu_console.console.pages.base import Page
-from npu_console.console.widgets.basic import Banner, discard
-from npu_console.console.widgets.device_card import DeviceCard
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from ..engines import host_label
+from ..widgets.basic import Banner, discard
+from ..widgets.device_card import DeviceCard
+from . import dashboard_layout as layout
+from .base import Page
 
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("60 min", 3600))
 METRICS = (("AI Core / util %", "util_pct", "host:cpu_pct"), ("Memory %", "mem_pct", "host:mem_pct"),

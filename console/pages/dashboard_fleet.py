@@ -8,9 +8,9 @@ plots are read from the monitor's history of it, like this machine's are from th
 
 from __future__ import annotations
 
-from npu_console.console.widgets.engine_panel import EnginePanel, latency_text
-from npu_console.console.widgets.host_card import LOCAL, HostStrip
-from npu_console.engine.remote.fleet import host_of
+from ...engine.remote.fleet import host_of
+from ..widgets.engine_panel import EnginePanel, latency_text
+from ..widgets.host_card import LOCAL, HostStrip
 
 # the remote engine panel's series and the monitor's history keys they are drawn from
 _ENGINE_SERIES = (("engine:generation_tps", "tps", "output"), ("engine:prompt_tps", "tps", "prompt"),

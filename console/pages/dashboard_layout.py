@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from npu_console.console.pages.dashboard_fleet import FleetView
-from npu_console.console.widgets.basic import muted, page_title
-from npu_console.console.widgets.chip_drawer import ChipDrawer
-from npu_console.console.widgets.engine_panel import EnginePanel
-from npu_console.console.widgets.live_plot import LivePlot
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -19,6 +14,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..widgets.basic import muted, page_title
+from ..widgets.chip_drawer import ChipDrawer
+from ..widgets.engine_panel import EnginePanel
+from ..widgets.live_plot import LivePlot
+from .dashboard_fleet import FleetView
 
 
 def build(page, windows, metrics) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console import demo_feed
-from npu_console.console.pages import demo_layout
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QPalette, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextEdit, QWidget
+
+from .. import demo_feed
+from . import demo_layout
 
 
 class DemoView(QWidget):
@@ -93,7 +94,7 @@ class DemoView(QWidget):
     # ------------------------------------------------------------------ A/B chat
 
     def send(self, text: str | None = None) -> list[str]:
-        from npu_console.engine.runtime.types import EngineError
+        from ...engine.runtime.types import EngineError
 
         text = (text if isinstance(text, str) else None) or self.prompt.text().strip()
         if not text:

@@ -3,7 +3,6 @@ The application stylesheet sets font sizes, so the sizes here are stylesheets to
 
 from __future__ import annotations
 
-from npu_console.console.widgets.live_plot import LivePlot
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -16,6 +15,8 @@ from PySide6.QtWidgets import (
     QTextEdit,
     QVBoxLayout,
 )
+
+from ..widgets.live_plot import LivePlot
 
 BIG_PT = 40
 LABEL_PT = 14

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.pages import models_layout as layout
-from npu_console.console.pages import models_weights as weights
-from npu_console.console.pages.base import Page
-from npu_console.console.variants import kernels_tip, variant_name
-from npu_console.console.widgets.basic import fmt_bytes
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QTableWidgetItem
+
+from ..variants import kernels_tip, variant_name
+from ..widgets.basic import fmt_bytes
+from . import models_layout as layout
+from . import models_weights as weights
+from .base import Page
 
 __all__ = ["ModelsPage", "kernels_tip"]  # kernels_tip: the loaded table's tooltips
 
@@ -47,7 +48,7 @@ class ModelsPage(Page):
         self._dialog = dialog
 
     def refresh_recent(self) -> None:
-        from npu_console.engine.models import recent_models
+        from ...engine.models import recent_models
 
         self.recent.clear()
         for path in recent_models():
@@ -56,7 +57,7 @@ class ModelsPage(Page):
 
     def open_folder(self, path) -> bool:
         """Inspect (no torch; milliseconds) and show; a broken folder opens an error dialog."""
-        from npu_console.engine.models import inspect_model_folder
+        from ...engine.models import inspect_model_folder
 
         if not path:
             return False
@@ -93,7 +94,7 @@ class ModelsPage(Page):
         return next((d for d in self.ctx.engine_host.devices if d.torch_device == spec), None)
 
     def update_estimate(self) -> None:
-        from npu_console.engine.models import estimate_memory, fits_message
+        from ...engine.models import estimate_memory, fits_message
 
         if self.report is None or self.remote.active():  # a server's folder: no estimate
             return
@@ -158,7 +159,7 @@ class ModelsPage(Page):
         if job is None or job.job_id != job_id:
             return
         if info is not None:
-            from npu_console.engine.models import add_recent_model
+            from ...engine.models import add_recent_model
 
             add_recent_model(job.path)
             self.refresh_recent()

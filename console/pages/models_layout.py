@@ -4,16 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.pages import models_weights as weights
-from npu_console.console.pages.models_remote import RemoteModels
-from npu_console.console.widgets.basic import (
-    card,
-    card_title,
-    fmt_bytes,
-    muted,
-    page_title,
-    titled_card,
-)
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -31,6 +21,17 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..widgets.basic import (
+    card,
+    card_title,
+    fmt_bytes,
+    muted,
+    page_title,
+    titled_card,
+)
+from . import models_weights as weights
+from .models_remote import RemoteModels
 
 # the folder summary's grid, two (label, value) pairs a row
 SUMMARY = (("arch", "Architecture"), ("params", "Parameters"), ("layers", "Layers"),

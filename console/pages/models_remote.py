@@ -5,10 +5,6 @@ would fail. Every call to the server is a BackgroundJob over console/remote_jobs
 
 from __future__ import annotations
 
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.remote_jobs import NO_ADMIN, remote_load, remote_unload
-from npu_console.console.widgets.basic import card, fmt_bytes, muted
-from npu_console.console.widgets.server_target import PickerOwner, ServerTarget
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -20,6 +16,11 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
     QVBoxLayout,
 )
+
+from ..jobs import BackgroundJob
+from ..remote_jobs import NO_ADMIN, remote_load, remote_unload
+from ..widgets.basic import card, fmt_bytes, muted
+from ..widgets.server_target import PickerOwner, ServerTarget
 
 FOLDER_HEADERS = ["Path", "Format", "Size", "Summary", "Loaded as"]
 DTYPES = ("auto", "float32", "bfloat16", "float16")

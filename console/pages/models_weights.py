@@ -4,8 +4,9 @@ is offered for a GGUF only: a Hugging Face folder goes through the Quantize page
 
 from __future__ import annotations
 
-from npu_console.engine.models import GGUF_INT8
 from PySide6.QtWidgets import QComboBox
+
+from ...engine.models import GGUF_INT8
 
 FLOAT, INT8 = "float", "int8"
 DTYPES = ("float32", "bfloat16", "float16")

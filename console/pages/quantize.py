@@ -11,12 +11,8 @@ JSON history so a combination is measured once.
 
 from __future__ import annotations
 
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.pages import quantize_layout
-from npu_console.console.pages.base import Page
-from npu_console.console.pages.quantize_layout import STEPS
-from npu_console.console.pages.quantize_outputs import QuantOutputs, events
-from npu_console.console.quant_runs import (
+from ..jobs import BackgroundJob
+from ..quant_runs import (
     CALIB_BUILTIN_TEXT,
     CALIB_REMOTE_TEXT,
     QuantPlan,
@@ -31,7 +27,11 @@ from npu_console.console.quant_runs import (
     run_plan,
     run_sensitivity,
 )
-from npu_console.console.widgets.job_progress import JobProgress
+from ..widgets.job_progress import JobProgress
+from . import quantize_layout
+from .base import Page
+from .quantize_layout import STEPS
+from .quantize_outputs import QuantOutputs, events
 
 
 class QuantizePage(Page):

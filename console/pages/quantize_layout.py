@@ -4,18 +4,19 @@ forwards)."""
 
 from __future__ import annotations
 
-from npu_console.console.pages.quantize_remote import RemoteQuant
-from npu_console.console.pages.quantize_results import RunStep
-from npu_console.console.pages.quantize_steps import (
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStackedWidget, QVBoxLayout
+
+from ..widgets.bars import radio_style
+from ..widgets.basic import muted, page_title
+from .quantize_remote import RemoteQuant
+from .quantize_results import RunStep
+from .quantize_steps import (
     CalibStep,
     MethodStep,
     ModelStep,
     SensitivityStep,
 )
-from npu_console.console.widgets.bars import radio_style
-from npu_console.console.widgets.basic import muted, page_title
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStackedWidget, QVBoxLayout
 
 STEPS = ("Model", "Method", "Calibration", "Sensitivity", "Run & compare")
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.jobs import BackgroundJob, Reporter
-from npu_console.console.quant_runs import QuantRun, export_problem, export_run, variant_name
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
+
+from ..jobs import BackgroundJob, Reporter
+from ..quant_runs import QuantRun, export_problem, export_run, variant_name
 
 
 def events(r: Reporter):

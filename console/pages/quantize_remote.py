@@ -7,8 +7,11 @@ BackgroundJob over console/remote_jobs.py; the local wizard is unchanged."""
 
 from __future__ import annotations
 
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.remote_jobs import (
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QCheckBox
+
+from ..jobs import BackgroundJob
+from ..remote_jobs import (
     NO_ADMIN,
     out_name,
     remote_load,
@@ -16,9 +19,7 @@ from npu_console.console.remote_jobs import (
     result_summary,
     run_from_result,
 )
-from npu_console.console.widgets.server_target import PickerOwner, ServerTarget
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QCheckBox
+from ..widgets.server_target import PickerOwner, ServerTarget
 
 
 class RemoteQuant(QObject, PickerOwner):

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.engines import host_label
-from npu_console.console.quant_runs import QuantPlan, QuantRun, recipe_rows, verdict
-from npu_console.console.widgets.basic import Badge, card, card_title, fmt_bytes, muted
-from npu_console.console.widgets.job_progress import JobProgress
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,6 +23,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..engines import host_label
+from ..quant_runs import QuantPlan, QuantRun, recipe_rows, verdict
+from ..widgets.basic import Badge, card, card_title, fmt_bytes, muted
+from ..widgets.job_progress import JobProgress
 
 FORMAT_LABELS = {"native": "Native (this console)", "compressed-tensors": "compressed-tensors (vLLM)",
                  "msmodelslim": "msModelSlim (vllm-ascend)"}

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.console.pages import quantize_steps_layout as layout
-from npu_console.console.widgets.basic import card_title, muted
-from npu_console.engine.quant.head import head_mode, recommended
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QWidget
+
+from ...engine.quant.head import head_mode, recommended
+from ..widgets.basic import card_title, muted
+from . import quantize_steps_layout as layout
 
 
 class ModelStep(QWidget):

@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-from npu_console.console.quant_runs import METHOD_LABELS, PRESET_LABELS
-from npu_console.console.widgets.bars import BarChart
-from npu_console.console.widgets.basic import card, card_title, muted, spin
-from npu_console.console.widgets.job_progress import JobProgress
-from npu_console.engine.quant.head import HEAD_MODES
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -22,6 +17,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ...engine.quant.head import HEAD_MODES
+from ..quant_runs import METHOD_LABELS, PRESET_LABELS
+from ..widgets.bars import BarChart
+from ..widgets.basic import card, card_title, muted, spin
+from ..widgets.job_progress import JobProgress
 
 METHOD_NOTES = {"w8a16": "int8 weights, 16-bit activations: the safest; memory-bound decode "
                          "gets faster",

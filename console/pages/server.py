@@ -7,16 +7,17 @@ entries arrive on other threads and cross to the GUI thread through queued signa
 
 from __future__ import annotations
 
-from npu_console.console.engines import LOCAL
-from npu_console.console.pages import server_layout
-from npu_console.console.pages.base import Page
-from npu_console.console.pages.server_snippets import snippets
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.remote_server import RemoteServerView
-from npu_console.engine.api.ports import port_problem
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout
+
+from ...engine.api.ports import port_problem
+from ..engines import LOCAL
+from ..theme import current_theme
+from ..widgets.remote_server import RemoteServerView
+from . import server_layout
+from .base import Page
+from .server_snippets import snippets
 
 LOOPBACK, LAN = "127.0.0.1", "0.0.0.0"
 

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from npu_console.console.engines import LOCAL
-from npu_console.console.server_service import LOG_ROWS, log_cells
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
-from npu_console.console.widgets.server_advanced import ServerAdvanced
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
@@ -27,6 +22,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..engines import LOCAL
+from ..server_service import LOG_ROWS, log_cells
+from ..theme import current_theme
+from ..widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
+from ..widgets.server_advanced import ServerAdvanced
 
 
 def header(page) -> QHBoxLayout:

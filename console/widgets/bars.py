@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.plot_style import style_plot
+
+from ..theme import current_theme
+from .plot_style import style_plot
 
 
 class BarChart(pg.PlotWidget):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from npu_console.console.theme import current_theme, repolish
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
@@ -20,6 +19,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..theme import current_theme, repolish
 
 
 class Badge(QLabel):

@@ -4,7 +4,6 @@ the server its numbers come from."""
 
 from __future__ import annotations
 
-from npu_console.console.engines import LOCAL
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -14,6 +13,8 @@ from PySide6.QtWidgets import (
     QRadioButton,
     QWidget,
 )
+
+from ..engines import LOCAL
 
 
 class ServingTarget(QWidget):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from npu_console.console.chat_store import Message, format_stats, thinking_summary
-from npu_console.console.widgets.basic import discard
-from npu_console.console.widgets.thinking import ThinkingBlock
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -16,6 +13,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..chat_store import Message, format_stats, thinking_summary
+from .basic import discard
+from .thinking import ThinkingBlock
 
 
 class Bubble(QFrame):

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.widgets.basic import Badge, MetricBar, card_title, fmt_num, muted
-from npu_console.console.widgets.device_card import health_kind
-from npu_console.engine.telemetry.npu_health import explain_codes
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -20,6 +17,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ...engine.telemetry.npu_health import explain_codes
+from .basic import Badge, MetricBar, card_title, fmt_num, muted
+from .device_card import health_kind
 
 USAGE_ROWS = (("AI CPU", "aicpu_pct"), ("Control CPU", "ctrlcpu_pct"),
               ("HBM bandwidth", "hbm_bandwidth_pct"), ("DDR bandwidth", "ddr_bandwidth_pct"),

@@ -4,9 +4,6 @@ Connect, which tests too and attaches the console to the server when it answers.
 
 from __future__ import annotations
 
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import muted
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -19,6 +16,10 @@ from PySide6.QtWidgets import (
     QPushButton,
     QVBoxLayout,
 )
+
+from ..jobs import BackgroundJob
+from ..theme import current_theme
+from .basic import muted
 
 
 class ConnectDialog(QDialog):
@@ -101,7 +102,7 @@ class ConnectDialog(QDialog):
         """Ask the server (on a worker thread); with `connect`, attach when it answers."""
         if self.busy():
             return None
-        from npu_console.engine.remote.probe import probe_server
+        from ...engine.remote.probe import probe_server
 
         url, key = self.url_edit.text().strip(), self.key_edit.text().strip()
         self._connect_after = connect

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from npu_console.console.theme import repolish
-from npu_console.console.widgets.basic import Badge, MetricBar, card_title, fmt_mb, fmt_num, muted
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
+
+from ..theme import repolish
+from .basic import Badge, MetricBar, card_title, fmt_mb, fmt_num, muted
 
 _HEALTH_KIND = {"ok": "ok", "warning": "warn", "alarm": "warn", "general warning": "warn",
                 "critical": "bad", "critical warning": "bad", "error": "bad"}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from npu_console.console.theme import repolish
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
+
+from ..theme import repolish
 
 
 class EngineCrashBanner(QFrame):

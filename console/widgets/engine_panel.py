@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.widgets.basic import card, muted
-from npu_console.console.widgets.live_plot import LivePlot
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+
+from .basic import card, muted
+from .live_plot import LivePlot
 
 # at the bridge's 4 Hz sample rate this holds the longest (60 min) window
 CAPACITY = 4 * 3600

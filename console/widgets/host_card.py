@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import time
 
-from npu_console.console.widgets.basic import Badge, Lamp, card_title, fmt_mb, fmt_num, muted
-from npu_console.console.widgets.device_card import SelectableCard, _mem_label, health_kind
-from npu_console.engine.remote.fleet import chip_summary
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -19,6 +16,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ...engine.remote.fleet import chip_summary
+from .basic import Badge, Lamp, card_title, fmt_mb, fmt_num, muted
+from .device_card import SelectableCard, _mem_label, health_kind
 
 LOCAL = ""  # the key of "this machine"
 _LAMP = {"up": "on", "connecting": "busy", "unreachable": "error", "unauthorized": "error"}

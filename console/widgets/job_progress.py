@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from npu_console.console.jobs import BackgroundJob, fmt_eta
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from ..jobs import BackgroundJob, fmt_eta
 
 
 class JobProgress(QWidget):

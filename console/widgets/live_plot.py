@@ -6,9 +6,10 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.plot_style import style_plot
-from npu_console.engine.ring import Ring
+
+from ...engine.ring import Ring
+from ..theme import current_theme
+from .plot_style import style_plot
 
 pg.setConfigOptions(antialias=False, useOpenGL=False)
 

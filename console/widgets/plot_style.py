@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from npu_console.console.theme import current_theme
 from PySide6.QtWidgets import QSizePolicy
+
+from ..theme import current_theme
 
 
 def style_plot(plot: pg.PlotWidget, min_height: int, title: str = "", unit: str = ""):

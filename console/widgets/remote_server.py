@@ -4,8 +4,6 @@ console last read from it (console.engines.Connection), never from the network d
 
 from __future__ import annotations
 
-from npu_console.console.theme import current_theme
-from npu_console.console.widgets.basic import Lamp, muted, titled_card
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -17,6 +15,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..theme import current_theme
+from .basic import Lamp, muted, titled_card
 
 HEADERS = ["Model", "Architecture", "Type", "Quantization", "Context", "Device"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from npu_console.console import presets
-from npu_console.console.widgets.basic import card_title, muted
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -18,6 +16,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from .. import presets
+from .basic import card_title, muted
 
 
 def _dspin(lo, hi, step, decimals=2) -> QDoubleSpinBox:
@@ -134,7 +135,7 @@ class SamplingPanel(QWidget):
                 "stop": [s for s in stops if s]}
 
     def sampling_params(self):
-        from npu_console.engine.runtime.types import SamplingParams
+        from ...engine.runtime.types import SamplingParams
 
         v = self.values()
         return SamplingParams(max_tokens=v["max_tokens"], temperature=v["temperature"],

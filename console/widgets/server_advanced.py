@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from npu_console.console.server_service import AdvancedOptions
-from npu_console.console.widgets.basic import fold_toggle, muted
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -21,6 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from ..server_service import AdvancedOptions
+from .basic import fold_toggle, muted
 
 KEYS = {  # AdvancedOptions field -> settings key
     "allowed_hosts": "server/allowed_hosts",

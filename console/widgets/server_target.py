@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from npu_console.console.engines import LOCAL
-from npu_console.console.jobs import BackgroundJob
-from npu_console.console.remote_jobs import AdminView, read_admin
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox
+
+from ..engines import LOCAL
+from ..jobs import BackgroundJob
+from ..remote_jobs import AdminView, read_admin
 
 
 class ServerTarget(QComboBox):

@@ -3,9 +3,10 @@ disconnect, forget), and the status-bar line that says how a connection went."""
 
 from __future__ import annotations
 
-from npu_console.console.engines import host_label
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QMenu
+
+from ..engines import host_label
 
 
 def add_server_actions(file_menu: QMenu, window):
@@ -26,7 +27,7 @@ def add_server_actions(file_menu: QMenu, window):
 
 
 def open_connect_dialog(window):
-    from npu_console.console.widgets.connect_dialog import ConnectDialog
+    from .connect_dialog import ConnectDialog
 
     dialog = ConnectDialog(window.ctx, window)
     window.connect_dialog = dialog  # kept: tests and screenshots drive it

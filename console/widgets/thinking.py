@@ -7,9 +7,10 @@ starts, unless the user opened or closed it by hand meanwhile.
 
 from __future__ import annotations
 
-from npu_console.console.widgets.basic import fold_toggle
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout
+
+from .basic import fold_toggle
 
 
 class ThinkingBlock(QFrame):

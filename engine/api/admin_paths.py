@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from npu_console.engine.api.settings import UnsafeSettingsError
+from .settings import UnsafeSettingsError
 
 # a quantize output's folder name: one path component, no hidden or parent names
 OUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")

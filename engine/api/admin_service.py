@@ -18,22 +18,22 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from npu_console.engine.api.admin_jobs import CANCELLED, DONE, FAILED, AdminJob, AdminJobs
-from npu_console.engine.api.admin_paths import AdminRoots
-from npu_console.engine.api.admin_schemas import LoadBody, QuantizeBody
-from npu_console.engine.runtime.types import Cancelled, EngineError, InvalidRequestError
+from ..runtime.types import Cancelled, EngineError, InvalidRequestError
+from .admin_jobs import CANCELLED, DONE, FAILED, AdminJob, AdminJobs
+from .admin_paths import AdminRoots
+from .admin_schemas import LoadBody, QuantizeBody
 
 log = logging.getLogger("npu_console.engine.api")
 
 class AdminService:
     def __init__(self, engine: Any, model_roots: tuple[str, ...], output_root: str | None):
         if output_root is None:
-            from npu_console.engine.paths import state_dir
+            from ..paths import state_dir
 
             output_root = str(state_dir() / "quantized")
         if not callable(getattr(engine, "load", None)) or not callable(
                 getattr(engine, "unload", None)):
-            from npu_console.engine.api.settings import UnsafeSettingsError
+            from .settings import UnsafeSettingsError
 
             raise UnsafeSettingsError("--allow-admin needs an engine that loads models here "
                                       f"({type(engine).__name__} does not)")
@@ -54,7 +54,7 @@ class AdminService:
 
     # ------------------------------------------------------------------ listing
     def models(self) -> dict[str, Any]:
-        from npu_console.engine.models import inspect_model_folder
+        from ..models import inspect_model_folder
 
         loaded: dict[str, list[str]] = {}
         served = []
@@ -86,7 +86,7 @@ class AdminService:
     def start_load(self, body: LoadBody) -> AdminJob:
         """Start loading; a name already taken, a device not present or a bad path fails here
         (before any job exists), a model that cannot load fails the job."""
-        from npu_console.engine.devices import default_dtype, get_device
+        from ..devices import default_dtype, get_device
 
         target = self.roots.resolve(body.path)
         name = body.name or _default_name(body.path)
@@ -132,8 +132,8 @@ class AdminService:
 
     # ------------------------------------------------------------------ quantize
     def start_quantize(self, body: QuantizeBody) -> AdminJob:
-        from npu_console.engine.quant import QuantizeRequest
-        from npu_console.engine.quant.report import EvalSpec
+        from ..quant import QuantizeRequest
+        from ..quant.report import EvalSpec
 
         source = self.roots.resolve(body.path)
         out = self.roots.output_dir(body.out_name)
@@ -159,7 +159,7 @@ class AdminService:
         return job
 
     def _run_quantize(self, job: AdminJob, req: Any, out: Path, existed: bool) -> None:
-        from npu_console.engine.quant import QuantError, run_workflow
+        from ..quant import QuantError, run_workflow
 
         def on_event(event: Any) -> None:  # engine.quant.workflow.StageEvent
             job.progress(event.stage, event.fraction, event.message)

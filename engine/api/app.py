@@ -5,27 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from npu_console.engine import __version__
-from npu_console.engine.api.context import ApiContext
-from npu_console.engine.api.cross_site import CrossSiteGuardMiddleware
-from npu_console.engine.api.errors import install_error_handlers
-from npu_console.engine.api.metrics import ApiMetrics
-from npu_console.engine.api.middleware import (
+from starlette.middleware.cors import CORSMiddleware
+
+from .. import __version__
+from ..runtime.types import EngineClient
+from .context import ApiContext
+from .cross_site import CrossSiteGuardMiddleware
+from .errors import install_error_handlers
+from .metrics import ApiMetrics
+from .middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodyLimitMiddleware,
     HostCheckMiddleware,
     RequestLogMiddleware,
 )
-from npu_console.engine.api.request_log import RequestLog
-from npu_console.engine.api.routes_admin import router as admin_router
-from npu_console.engine.api.routes_misc import router as misc_router
-from npu_console.engine.api.routes_openai import router as openai_router
-from npu_console.engine.api.routes_telemetry import TelemetryStreams
-from npu_console.engine.api.routes_telemetry import router as telemetry_router
-from npu_console.engine.api.settings import ApiSettings
-from npu_console.engine.runtime.types import EngineClient
-from starlette.middleware.cors import CORSMiddleware
+from .request_log import RequestLog
+from .routes_admin import router as admin_router
+from .routes_misc import router as misc_router
+from .routes_openai import router as openai_router
+from .routes_telemetry import TelemetryStreams
+from .routes_telemetry import router as telemetry_router
+from .settings import ApiSettings
 
 
 def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
@@ -55,7 +56,7 @@ def build_app(engine: EngineClient, settings: ApiSettings | None = None, *,
     app.include_router(admin_router, include_in_schema=settings.allow_admin)
     app.state.admin = None
     if settings.allow_admin:
-        from npu_console.engine.api.admin_service import AdminService
+        from .admin_service import AdminService
 
         app.state.admin = AdminService(engine, settings.model_roots, settings.output_root)
     # added innermost first: CORS (outermost) answers preflights before auth, the log sees

@@ -9,9 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from npu_console.engine.api.context import ApiContext
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.runtime.types import (
+from ..runtime.types import (
     EngineError,
     Event,
     FinishEvent,
@@ -19,6 +17,8 @@ from npu_console.engine.runtime.types import (
     RequestHandle,
     TokenEvent,
 )
+from .context import ApiContext
+from .errors import ApiError
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from npu_console.engine.api.live import LiveSet
-from npu_console.engine.api.request_log import RequestLog
-from npu_console.engine.api.settings import ApiSettings
-from npu_console.engine.runtime.types import EngineClient, RequestHandle
+from ..runtime.types import EngineClient, RequestHandle
+from .live import LiveSet
+from .request_log import RequestLog
+from .settings import ApiSettings
 
 
 @dataclass

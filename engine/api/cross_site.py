@@ -61,7 +61,7 @@ class CrossSiteGuardMiddleware:
         if scope["type"] != "http" or scope.get("method") not in STATE_CHANGING:
             await self.app(scope, receive, send)
             return
-        from npu_console.engine.api.middleware import INFO_KEY, _send_json_error
+        from .middleware import INFO_KEY, _send_json_error
 
         refusal = self.refusal(scope)
         if refusal is None:

@@ -14,13 +14,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from npu_console.engine.runtime.types import (
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..runtime.types import (
     ContextLengthError,
     EngineError,
     ModelNotFoundError,
     QueueFullError,
 )
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("npu_console.engine.api")
 

@@ -11,9 +11,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from npu_console.engine.api.context import ApiContext
-from npu_console.engine.api.request_log import RequestLogEntry
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from .context import ApiContext
+from .request_log import RequestLogEntry
 
 log = logging.getLogger("npu_console.engine.api")
 
@@ -42,7 +43,7 @@ class ApiMetrics:
 
     def _register_engine(self, engine: Any) -> None:
         try:
-            from npu_console.engine.runtime.prometheus import register_engine_metrics
+            from ..runtime.prometheus import register_engine_metrics
         except ImportError:
             log.warning("engine metrics exporter not available; /metrics shows API metrics only")
             return
@@ -52,7 +53,7 @@ class ApiMetrics:
 
     def _register_telemetry(self, poller: Any) -> None:
         try:
-            from npu_console.engine.telemetry.prometheus import TelemetryCollector
+            from ..telemetry.prometheus import TelemetryCollector
         except ImportError:
             log.warning("telemetry exporter not available; /metrics has no device metrics")
             return

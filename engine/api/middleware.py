@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from npu_console.engine.api.request_log import RequestInfo, RequestLog, RequestLogEntry
+from .request_log import RequestInfo, RequestLog, RequestLogEntry
 
 log = logging.getLogger("npu_console.engine.api")
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from npu_console.engine.api.batch import ChoiceResult
-from npu_console.engine.runtime.types import FinishEvent
+from ..runtime.types import FinishEvent
+from .batch import ChoiceResult
 
 
 def _ms(seconds: float | None) -> float | None:

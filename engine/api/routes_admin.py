@@ -14,12 +14,13 @@ import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from npu_console.engine.api.admin_jobs import FINAL, AdminJob, JobConflict
-from npu_console.engine.api.admin_paths import PathNotFound, PathRefused
-from npu_console.engine.api.admin_schemas import LoadBody, QuantizeBody, UnloadBody
-from npu_console.engine.api.admin_service import AdminService
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.api.sse import DONE, SSEResponse, sse_data
+
+from .admin_jobs import FINAL, AdminJob, JobConflict
+from .admin_paths import PathNotFound, PathRefused
+from .admin_schemas import LoadBody, QuantizeBody, UnloadBody
+from .admin_service import AdminService
+from .errors import ApiError
+from .sse import DONE, SSEResponse, sse_data
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

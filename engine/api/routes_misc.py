@@ -6,10 +6,11 @@ import hmac
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.api.routes_openai import context
-from npu_console.engine.runtime.types import ModelInfo
 from prometheus_client import CONTENT_TYPE_LATEST
+
+from ..runtime.types import ModelInfo
+from .errors import ApiError
+from .routes_openai import context
 
 router = APIRouter()
 

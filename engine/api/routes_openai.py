@@ -8,30 +8,31 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from npu_console.engine.api.batch import Batch, ChoiceResult, ClientGone, RequestTimedOut
-from npu_console.engine.api.context import ApiContext
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.api.middleware import request_info
-from npu_console.engine.api.openai_format import (
-    ChunkWriter,
-    chat_response,
-    completion_response,
-    usage_dict,
-)
-from npu_console.engine.api.request_log import RequestInfo
-from npu_console.engine.api.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    LegacyChatRequest,
-)
-from npu_console.engine.api.sse import DONE, SSEResponse
-from npu_console.engine.runtime.types import (
+
+from ..runtime.types import (
     FinishEvent,
     GenerationRequest,
     SamplingParams,
     TokenEvent,
     new_request_id,
 )
+from .batch import Batch, ChoiceResult, ClientGone, RequestTimedOut
+from .context import ApiContext
+from .errors import ApiError
+from .middleware import request_info
+from .openai_format import (
+    ChunkWriter,
+    chat_response,
+    completion_response,
+    usage_dict,
+)
+from .request_log import RequestInfo
+from .schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    LegacyChatRequest,
+)
+from .sse import DONE, SSEResponse
 
 router = APIRouter()
 log = logging.getLogger("npu_console.engine.api")

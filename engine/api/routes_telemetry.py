@@ -14,10 +14,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.api.live import LiveSet
-from npu_console.engine.api.sse import SSEResponse, sse_data
-from npu_console.engine.telemetry.snapshot_json import snapshot_json
+
+from ..telemetry.snapshot_json import snapshot_json
+from .errors import ApiError
+from .live import LiveSet
+from .sse import SSEResponse, sse_data
 
 router = APIRouter()
 

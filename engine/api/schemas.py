@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from npu_console.engine.api.errors import ApiError
-from npu_console.engine.runtime.types import MODEL_DEFAULT_FIELDS, SamplingParams
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..runtime.types import MODEL_DEFAULT_FIELDS, SamplingParams
+from .errors import ApiError
 
 MAX_STOP = 16
 MAX_STOP_CHARS = 256  # each stop string is matched against the text after every token

@@ -18,12 +18,13 @@ import time
 from typing import Any
 
 import uvicorn
-from npu_console.engine.api.app import build_app
-from npu_console.engine.api.ports import ServerStartError, bound_socket
-from npu_console.engine.api.request_log import RequestLog
-from npu_console.engine.api.settings import ApiSettings
-from npu_console.engine.api.slow_clients import protocol_class
-from npu_console.engine.runtime.types import EngineClient
+
+from ..runtime.types import EngineClient
+from .app import build_app
+from .ports import ServerStartError, bound_socket
+from .request_log import RequestLog
+from .settings import ApiSettings
+from .slow_clients import protocol_class
 
 log = logging.getLogger("npu_console.engine.api")
 

@@ -2,20 +2,20 @@
 for any OpenAI-compatible endpoint. Both report progress, can be cancelled, and write JSON + CSV.
 """
 
-from npu_console.engine.bench.offline import (
+from .offline import (
     BatchResult,
     OfflineConfig,
     OfflineResult,
     run_offline_sweep,
 )
-from npu_console.engine.bench.progress import BenchError, Progress
-from npu_console.engine.bench.serving import (
+from .progress import BenchError, Progress
+from .serving import (
     ServingConfig,
     ServingResult,
     arun_serving_benchmark,
     run_serving_benchmark,
 )
-from npu_console.engine.bench.stats import (
+from .stats import (
     SLO,
     Distribution,
     RequestRecord,

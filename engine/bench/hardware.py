@@ -64,7 +64,7 @@ def spec_bandwidth(device_name: str) -> Bandwidth | None:
 
 
 def _cache_path():
-    from npu_console.engine.paths import state_dir
+    from ..paths import state_dir
 
     return state_dir() / "host_bandwidth.json"
 
@@ -78,7 +78,7 @@ def measure_host_bandwidth(size_mb: int = 512, passes: int = 5,
     kept and returned when today's is lower: a measurement taken while other work loads the
     host understates the memory system, and the roofline should be the hardware's, not the
     moment's. Older figures are dropped (hardware or settings may have changed)."""
-    from npu_console.engine.devices import cpu_name, import_torch
+    from ..devices import cpu_name, import_torch
 
     torch = import_torch()
     key = f"{cpu_name()}|{os.cpu_count()}|{torch.get_num_threads()}|{size_mb}"
@@ -124,7 +124,7 @@ def device_bandwidth(device: str, override_gbps: float | None = None) -> Bandwid
         return Bandwidth(float(override_gbps), "given with --bandwidth")
     if device.split(":")[0] == "cpu":
         return measure_host_bandwidth()
-    from npu_console.engine.devices import get_device
+    from ..devices import get_device
 
     try:
         info = get_device(device)
@@ -146,10 +146,11 @@ class HostInfo:
 
 def host_info() -> HostInfo:
     import psutil
-    from npu_console.engine.devices import cpu_name
+
+    from ..devices import cpu_name
 
     try:
-        from npu_console.engine.devices import import_torch, list_devices
+        from ..devices import import_torch, list_devices
 
         torch_version = import_torch().__version__
         devices = tuple(f"{d.torch_device}: {d.name} ({d.total_memory / 2**30:.1f} GiB)"

@@ -18,8 +18,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from npu_console.engine.bench.hardware import Bandwidth, device_bandwidth, host_info_dict
-from npu_console.engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
+
+from .hardware import Bandwidth, device_bandwidth, host_info_dict
+from .progress import BenchError, Progress, ProgressFn, write_outputs
 
 QUANT_CHOICES = ("none", "w8a16", "w8a8-dynamic", "w8a8-static")
 
@@ -154,7 +155,7 @@ class _MemorySampler:
     def _read(self) -> int:
         if self.kind == "rss":
             return self._proc.memory_info().rss
-        from npu_console.engine.devices import memory_allocated
+        from ..devices import memory_allocated
 
         return memory_allocated(self.device) or 0
 
@@ -179,7 +180,7 @@ def decode_bytes_model(model: Any, dtype_bytes: int) -> tuple[int, int]:
     Every parameter and buffer is read once per step except an input embedding that is not tied
     to the output head: a lookup reads only the batch's rows of it.
     """
-    from npu_console.engine.runtime.model_size import model_size
+    from ..runtime.model_size import model_size
 
     weights = model_size(model).weight_bytes  # int8 layers already packed included
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
@@ -205,9 +206,9 @@ def _quantize(loaded: Any, method: str, progress: ProgressFn | None,
     """Quantize the loaded model in memory through engine.quant's workflow (the plain recipe
     with default options, no export; w8a8-static calibrates on the shipped calibration text)."""
     try:
-        from npu_console.engine.quant.apply import prepare_for_serving
-        from npu_console.engine.quant.calib import Cancelled
-        from npu_console.engine.quant.workflow import QuantizeRequest, run_workflow
+        from ..quant.apply import prepare_for_serving
+        from ..quant.calib import Cancelled
+        from ..quant.workflow import QuantizeRequest, run_workflow
     except ImportError as exc:
         raise BenchError(f"in-memory quantization is not available in this build ({exc}); "
                          "run with --quant none") from None
@@ -252,16 +253,16 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     `cancel` stops between steps: the batch in progress is cancelled and dropped, the finished
     ones are returned with cancelled=True.
     """
-    from npu_console.engine.devices import import_torch
-    from npu_console.engine.models import (
+    from ..devices import import_torch
+    from ..models import (
         LoadCancelled,
         ModelFolderError,
         ModelLoadError,
         load_model,
     )
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-    from npu_console.engine.runtime.threads import run_in_fresh_thread
-    from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+    from ..runtime import EngineConfig, LocalEngine
+    from ..runtime.threads import run_in_fresh_thread
+    from ..runtime.types import EngineError, GenerationRequest, SamplingParams
 
     cfg.check()
     cancel = cancel or threading.Event()

@@ -19,9 +19,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-from npu_console.engine.bench.arrivals import send_offsets
-from npu_console.engine.bench.progress import BenchError, Progress, ProgressFn, write_outputs
-from npu_console.engine.bench.prompts import (
+
+from ..remote.sse import (
+    chunk_reasoning,
+    chunk_text,
+    error_message,
+    reasoning_tokens,
+    sse_events,
+)
+from ..remote.urls import normalize_base_url
+from .arrivals import send_offsets
+from .progress import BenchError, Progress, ProgressFn, write_outputs
+from .prompts import (
     BenchPrompt,
     DatasetError,
     load_dataset,
@@ -29,15 +38,7 @@ from npu_console.engine.bench.prompts import (
     random_word_prompts,
     random_word_text,
 )
-from npu_console.engine.bench.stats import SLO, RequestRecord, ServingMetrics, compute_metrics
-from npu_console.engine.remote.sse import (
-    chunk_reasoning,
-    chunk_text,
-    error_message,
-    reasoning_tokens,
-    sse_events,
-)
-from npu_console.engine.remote.urls import normalize_base_url
+from .stats import SLO, RequestRecord, ServingMetrics, compute_metrics
 
 PROBE_WORDS = 64
 
@@ -317,7 +318,7 @@ def _make_prompts(cfg: ServingConfig, tokens_per_word: float | None,
             raise BenchError(str(exc)) from None
     if cfg.tokenizer:
         try:
-            from npu_console.engine.models.loader import load_tokenizer
+            from ..models.loader import load_tokenizer
 
             tok = load_tokenizer(Path(cfg.tokenizer))
         except Exception as exc:  # noqa: BLE001 - any loader failure is a user error here
@@ -337,7 +338,7 @@ async def arun_serving_benchmark(cfg: ServingConfig, progress: ProgressFn | None
     it: requests in flight are dropped and the result holds the ones that finished
     (cancelled=True). `progress` is called on this loop's thread after every request; a GUI
     hands it over to its own thread."""
-    from npu_console.engine.bench.hardware import host_info_dict
+    from .hardware import host_info_dict
 
     cfg.check()
     cancel = cancel or threading.Event()

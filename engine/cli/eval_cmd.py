@@ -8,8 +8,8 @@ import sys
 
 
 def register(sub) -> None:
-    from npu_console.engine.cli.common import add_model_args
-    from npu_console.engine.quant.eval_methods import DEFAULT_CTX
+    from ..quant.eval_methods import DEFAULT_CTX
+    from .common import add_model_args
 
     p = sub.add_parser("eval", help="perplexity of a model on a text file (as llama-perplexity)")
     add_model_args(p)
@@ -41,10 +41,10 @@ def _has_chat_records(path: str) -> bool:
 
 
 def run(args) -> int:
-    from npu_console.engine.cli.common import load_for_cli
-    from npu_console.engine.cli.errors import CliError
-    from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.config import QuantError
+    from ..quant import eval_methods as em
+    from ..quant.config import QuantError
+    from .common import load_for_cli
+    from .errors import CliError
 
     if args.per_document and args.window:
         raise CliError("--per-document and --window are two different methods; choose one")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from npu_console.engine.cli.common import add_model_args, add_sampling_args, load_for_cli
+from .common import add_model_args, add_sampling_args, load_for_cli
 
 
 def register(sub) -> None:
@@ -18,9 +18,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from npu_console.engine.cli.errors import CliError
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-    from npu_console.engine.runtime.types import EngineError, GenerationRequest, SamplingParams
+    from ..runtime import EngineConfig, LocalEngine
+    from ..runtime.types import EngineError, GenerationRequest, SamplingParams
+    from .errors import CliError
 
     loaded = load_for_cli(args)
     engine = LocalEngine(EngineConfig(max_running=1))

@@ -64,7 +64,7 @@ def has_display(env=os.environ) -> bool:
 def xcb_libraries_missing(env=os.environ) -> bool:
     """Says (and returns True) when Qt would abort opening its xcb plugin for want of a system
     library: found here first, with the distribution's install line."""
-    from npu_console.engine.cli import gui_libs
+    from . import gui_libs
 
     if not gui_libs.uses_xcb(env):
         return False
@@ -77,7 +77,7 @@ def xcb_libraries_missing(env=os.environ) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npu_console.engine.cli.main import CliError
+    from .main import CliError
 
     missing = missing_gui_modules()
     if missing:
@@ -93,17 +93,17 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"replay capture not found: {f}")
     if args.model and not os.path.exists(args.model):
         raise CliError(f"model folder or file not found: {args.model}")
-    from npu_console.console.app import LaunchOptions
+    from ...console.app import LaunchOptions
 
     options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme,
                             note=args.note, load_as=args.load_as)
     if args.screenshot_dir:
-        from npu_console.console.screenshots import capture_all
+        from ...console.screenshots import capture_all
 
         paths = capture_all(options, args.screenshot_dir)
         for p in paths:
             print(p)
         return 0
-    from npu_console.console.app import run as run_gui
+    from ...console.app import run as run_gui
 
     return run_gui(options)

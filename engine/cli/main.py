@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-from npu_console.engine import __version__
-from npu_console.engine.cli.errors import CliError
+from .. import __version__
+from .errors import CliError
 
 # name of the module under engine.cli for each command group, in help order
 COMMANDS = [
@@ -31,7 +31,7 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from npu_console.engine.build_info import build_info
+    from ..build_info import build_info
 
     parser = argparse.ArgumentParser(
         prog="npu-console",

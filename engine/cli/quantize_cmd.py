@@ -9,7 +9,7 @@ import time
 
 
 def register(sub) -> None:
-    from npu_console.engine.quant.config import FORMATS, METHODS, PRESETS
+    from ..quant.config import FORMATS, METHODS, PRESETS
 
     p = sub.add_parser("quantize", help="INT8-quantize a model and export it")
     p.add_argument("--model", required=True, help="float model folder (Hugging Face layout)")
@@ -88,12 +88,12 @@ class _StderrProgress:
 
 
 def run(args) -> int:
-    from npu_console.engine.cli.errors import CliError
-    from npu_console.engine.models.folder import ModelFolderError
-    from npu_console.engine.models.loader import ModelLoadError
-    from npu_console.engine.quant.calib import Cancelled
-    from npu_console.engine.quant.config import QuantError
-    from npu_console.engine.quant.workflow import QuantizeRequest, run_workflow
+    from ..models.folder import ModelFolderError
+    from ..models.loader import ModelLoadError
+    from ..quant.calib import Cancelled
+    from ..quant.config import QuantError
+    from ..quant.workflow import QuantizeRequest, run_workflow
+    from .errors import CliError
 
     skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
     req = QuantizeRequest(model_dir=args.model, out_dir=args.out, method=args.method,

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from npu_console.engine.cli.errors import CliError
+from .errors import CliError
 
 API_KEY_ENV = "NPU_CONSOLE_API_KEY"
 
@@ -49,8 +49,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from npu_console.engine.remote.admin import RemoteAdmin
-    from npu_console.engine.runtime.types import EngineError
+    from ..remote.admin import RemoteAdmin
+    from ..runtime.types import EngineError
 
     try:
         admin = RemoteAdmin(args.base_url, args.api_key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npu_console.engine.cli.errors import CliError
+from .errors import CliError
 
 SOURCES = ("auto", "npu-smi", "nvml", "host", "off")
 
@@ -40,7 +40,7 @@ def start_poller(args, engine):
     or None with --telemetry-source off. Engine stats feed its p99 / error-rate alerts."""
     if args.telemetry_source == "off" and not args.telemetry_input:
         return None
-    from npu_console.engine.telemetry import TelemetryPoller, make_provider
+    from ..telemetry import TelemetryPoller, make_provider
 
     if args.telemetry_input:
         source = make_provider("replay", replay_files=args.telemetry_input)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from npu_console.engine.demo.corpus import Corpus
-    from npu_console.engine.demo.train import TrainResult
+    from .corpus import Corpus
+    from .train import TrainResult
 
 SAMPLE_PROMPTS = ("The function returns", "Return a new list", "This module provides")
 CHAT_QUESTIONS = ("What does json.dumps do?", "Explain os.path.join.")
@@ -20,7 +20,7 @@ HELDOUT_CHARS = 200_000
 
 def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
     """Greedy continuations of the card's prompts, computed with the trained weights in memory."""
-    from npu_console.engine.demo.chat import BOS
+    from .chat import BOS
 
     return [(prompt, _greedy(model, tok, [tok.token_to_id(BOS), *_ids(tok, prompt)],
                              max_new_tokens)) for prompt in SAMPLE_PROMPTS]
@@ -28,7 +28,7 @@ def sample_continuations(model, tok, max_new_tokens: int = 40) -> list[tuple[str
 
 def sample_chats(model, tok, max_new_tokens: int = 40) -> list[tuple[str, str]]:
     """Greedy replies to a few questions, laid out exactly as the chat template renders them."""
-    from npu_console.engine.demo.chat import render
+    from .chat import render
 
     return [(q, _greedy(model, tok, _ids(tok, render([{"role": "user", "content": q}],
                                                      add_generation_prompt=True)),
@@ -41,7 +41,7 @@ def _ids(tok, text: str) -> list[int]:
 
 @torch.no_grad()
 def _greedy(model, tok, prompt_ids: list[int], max_new_tokens: int) -> str:
-    from npu_console.engine.demo.chat import EOS
+    from .chat import EOS
 
     model.eval()
     ids = torch.tensor([prompt_ids])

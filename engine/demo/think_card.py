@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from npu_console.engine.demo.train_think import ThinkResult
+    from .train_think import ThinkResult
 
 
 def _one_line(text: str) -> str:

@@ -9,7 +9,7 @@ across several tokens, as they do for models whose tokenizer has no single token
 
 from __future__ import annotations
 
-from npu_console.engine.demo import chat as demo_chat
+from . import chat as demo_chat
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from npu_console.engine.demo.think_chat import assistant_turn
+from .think_chat import assistant_turn
 
 WORDS = (
     "apple", "table", "river", "garden", "window", "yellow", "planet", "orange", "silver",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from npu_console.engine.demo.chat import BOS, SPECIAL_TOKENS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from .chat import BOS, SPECIAL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:

@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from npu_console.engine.demo import card
-from npu_console.engine.demo.chat import (
+
+from . import card
+from .chat import (
     ASSISTANT,
     BOS,
     CHAT_TEMPLATE,
@@ -32,8 +33,8 @@ from npu_console.engine.demo.chat import (
     qa_conversation,
     render,
 )
-from npu_console.engine.demo.corpus import Corpus, collect
-from npu_console.engine.demo.tokenizer import train_tokenizer
+from .corpus import Corpus, collect
+from .tokenizer import train_tokenizer
 
 
 @dataclass(frozen=True)

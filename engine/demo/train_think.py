@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from npu_console.engine.demo import think_data
-from npu_console.engine.demo.chat import ASSISTANT, BOS, EOS, PAD, SYSTEM, USER
-from npu_console.engine.demo.think_chat import CHAT_TEMPLATE, THINK_CLOSE, THINK_OPEN, render
-from npu_console.engine.demo.tokenizer import train_tokenizer
-from npu_console.engine.demo.train import _build_model, _hardware, _lr_at, _optimizer
+
+from . import think_data
+from .chat import ASSISTANT, BOS, EOS, PAD, SYSTEM, USER
+from .think_chat import CHAT_TEMPLATE, THINK_CLOSE, THINK_OPEN, render
+from .tokenizer import train_tokenizer
+from .train import _build_model, _hardware, _lr_at, _optimizer
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ def evaluate(folder: Path, s: ThinkSettings) -> tuple[int, int, list[dict]]:
     """Greedy replies of the real engine to s.eval_prompts prompts, as raw text (the rendered
     template as a text prompt, so no parser touches the output): (well formed and ended by
     the end-of-sequence token, closed the block, a few examples)."""
-    from npu_console.engine.runtime import EngineConfig, LocalEngine
-    from npu_console.engine.runtime.types import GenerationRequest, SamplingParams
+    from ..runtime import EngineConfig, LocalEngine
+    from ..runtime.types import GenerationRequest, SamplingParams
 
     prompts = think_data.eval_prompts(s.eval_prompts, s.seed + 1)
     ok = closed = 0
@@ -220,7 +221,7 @@ def train(s: ThinkSettings, out: Path) -> int:
         eval_closed=closed, eval_examples=examples, hardware=_hardware(),
         command=" ".join(["python -m npu_console.engine.demo.train_think", *sys.argv[1:]]),
         load_avg=os.getloadavg()[0])
-    from npu_console.engine.demo.think_card import write_card
+    from .think_card import write_card
 
     (tmp / "training_result.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     write_card(tmp, result)

@@ -20,13 +20,13 @@ _BACKENDS: dict[str, Any] = {}
 def get_backend(name: str) -> Any:
     if name not in _BACKENDS:
         if name == "cpu":
-            from npu_console.engine.kernels.cpu import CpuBackend as cls
+            from .cpu import CpuBackend as cls
         elif name == "cuda":
-            from npu_console.engine.kernels.cuda import CudaBackend as cls
+            from .cuda import CudaBackend as cls
         elif name == "npu":
-            from npu_console.engine.kernels.npu import NpuBackend as cls
+            from .npu import NpuBackend as cls
         elif name == "reference":
-            from npu_console.engine.kernels.reference import ReferenceBackend as cls
+            from .reference import ReferenceBackend as cls
         else:
             raise ValueError(f"no int8 backend for device type {name!r}")
         _BACKENDS[name] = cls()

@@ -37,7 +37,8 @@ import functools
 import warnings
 
 import torch
-from npu_console.engine.kernels import native, qmath
+
+from . import native, qmath
 
 
 def _prepack(q: torch.Tensor, scale: torch.Tensor):

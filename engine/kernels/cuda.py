@@ -8,7 +8,8 @@ Not runnable on the development machines (no GPU); the math mirrors the referenc
 from __future__ import annotations
 
 import torch
-from npu_console.engine.kernels import qmath
+
+from . import qmath
 
 
 class CudaBackend:

@@ -12,8 +12,9 @@ and never engine.quant.
 from __future__ import annotations
 
 import torch
-from npu_console.engine.kernels import backend_for
 from torch import nn
+
+from . import backend_for
 
 
 def apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):

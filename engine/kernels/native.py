@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from npu_console.engine import paths
-from npu_console.engine.devices import cpu_flags
-from npu_console.engine.kernels.trust import load_trusted, private_dir, untrusted
+
+from .. import paths
+from ..devices import cpu_flags
+from .trust import load_trusted, private_dir, untrusted
 
 log = logging.getLogger(__name__)
 

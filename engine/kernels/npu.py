@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from npu_console.engine.kernels.errors import QuantError
+
+from .errors import QuantError
 
 MAX_DIM = 65535
 

@@ -4,7 +4,8 @@ products exactly), used by tests and as the last-resort path for per-group W8A8-
 from __future__ import annotations
 
 import torch
-from npu_console.engine.kernels import qmath
+
+from . import qmath
 
 
 class ReferenceBackend:

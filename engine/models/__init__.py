@@ -1,6 +1,6 @@
 """Model folders: inspect and validate, estimate memory, load, remember recent ones."""
 
-from npu_console.engine.models.folder import (
+from .folder import (
     BATCHED_ARCHITECTURES,
     ModelFolderError,
     ModelFolderReport,
@@ -8,21 +8,21 @@ from npu_console.engine.models.folder import (
     inspect_model_folder,
     validate_model_folder,
 )
-from npu_console.engine.models.loader import (
+from .loader import (
     LoadCancelled,
     LoadedModel,
     ModelLoadError,
     load_model,
     resolve_model_path,
 )
-from npu_console.engine.models.memory import (
+from .memory import (
     GGUF_INT8,
     MemoryEstimate,
     estimate_memory,
     fits_message,
     format_bytes,
 )
-from npu_console.engine.models.recent import add_recent_model, forget_recent_model, recent_models
+from .recent import add_recent_model, forget_recent_model, recent_models
 
 __all__ = [
     "BATCHED_ARCHITECTURES", "GGUF_INT8", "LoadCancelled", "LoadedModel", "MemoryEstimate", "ModelFolderError",

@@ -292,7 +292,7 @@ def _check_config(root: Path, report: ModelFolderReport) -> dict | None:
 def inspect_model_folder(path: str | Path) -> ModelFolderReport:
     """Check a folder (or a GGUF file, or a folder holding one); never raises for a bad one
     (the report lists the problems)."""
-    from npu_console.engine.models.formats import lookup
+    from .formats import lookup
 
     root = Path(path).expanduser()
     gguf_report = lookup("gguf", "inspect")(root)

@@ -17,8 +17,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from npu_console.engine import paths
-from npu_console.engine.models.folder import ModelFolderReport, Problem
+from .. import paths
+from .folder import ModelFolderReport, Problem
 
 MAGIC = b"GGUF"
 # The cache key hashes the file's size, mtime and its first bytes (the metadata of any small

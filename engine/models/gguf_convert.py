@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from npu_console.engine.models import gguf
-from npu_console.engine.runtime.types import Cancelled
+from ..runtime.types import Cancelled
+from . import gguf
 
 ProgressFn = Callable[[float, str], None]
 DONE = "meta.json"  # written last: a folder without it is not a finished conversion
@@ -104,7 +104,7 @@ def _limit_child(limit: int) -> Callable[[], None]:
 def cache_problem() -> str | None:
     """Why the conversion cache must not be used: it holds folders whose weights get loaded,
     so, like the kernel cache, it must belong to this user and be private (0700)."""
-    from npu_console.engine.kernels.trust import private_dir
+    from ..kernels.trust import private_dir
 
     return private_dir(gguf.cache_root())
 

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.models import gguf
+from . import gguf
 
 DONE = gguf.TOKENIZER_DONE
 cache_dir = gguf.tokenizer_dir
@@ -22,7 +22,7 @@ cache_dir = gguf.tokenizer_dir
 def cached_copy(path: Path) -> Path | None:
     """A folder holding this GGUF's built tokenizer, if one is trusted: the float conversion's
     entry or the tokenizer's own."""
-    from npu_console.engine.models.gguf_convert import (
+    from .gguf_convert import (
         _entry_untrusted,
         cache_problem,
         converted_folder,
@@ -38,7 +38,7 @@ def cached_copy(path: Path) -> Path | None:
 
 
 def _save(tokenizer: Any, path: Path) -> None:
-    from npu_console.engine.models.gguf_convert import cache_problem
+    from .gguf_convert import cache_problem
 
     if cache_problem():  # a cache this user does not own alone: build each time, keep nothing
         return

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.models.folder import (
+from ..runtime.types import Cancelled
+from .folder import (
     ModelFolderError,
     ModelFolderReport,
     validate_model_folder,
 )
-from npu_console.engine.models.memory import estimate_memory, fits_message
-from npu_console.engine.runtime.types import Cancelled
+from .memory import estimate_memory, fits_message
 
 ProgressFn = Callable[[float, str], None]
 
@@ -102,7 +102,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     ModelLoadError (memory / device / dtype) or LoadCancelled. `load_as`: "float" (weights in
     `dtype`) or "int8" (a GGUF file straight into INT8 weights, engine.quant.gguf_load;
     `dtype` is then the float parts' and the activations')."""
-    from npu_console.engine.devices import get_device, import_torch
+    from ..devices import get_device, import_torch
 
     step = load_steps(progress, cancel)
     path = Path(path).expanduser()
@@ -130,7 +130,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
 
     if report.quantization:
         step(0.1, "loading the quantized checkpoint")
-        from npu_console.engine.models.formats import lookup
+        from .formats import lookup
 
         load_quantized = lookup("int8", "load")  # engine.quant.io, found without importing it
         return load_quantized(path, device=dev.torch_device, dtype=dtype, name=name,
@@ -166,9 +166,9 @@ def _load_gguf_int8(report: ModelFolderReport, *, device: str, dtype: str, name:
                     check_memory: bool, context: int | None) -> LoadedModel:
     """A GGUF file straight into INT8 weights (no float copy, no conversion cache); the memory
     plan comes from its tensor table before anything is read."""
-    from npu_console.engine.devices import get_device
-    from npu_console.engine.models.formats import lookup
-    from npu_console.engine.models.memory import GGUF_INT8
+    from ..devices import get_device
+    from .formats import lookup
+    from .memory import GGUF_INT8
 
     if report.source_format != "gguf":
         raise ModelLoadError(f"{report.path}: loading as int8 reads GGUF files; quantize a "
@@ -197,7 +197,7 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
                context: int | None) -> LoadedModel:
     """A GGUF file: convert it once into the cache (engine.models.gguf_convert), then load that
     folder like any other. The model keeps the GGUF's name, path and header report."""
-    from npu_console.engine.models.gguf_convert import (
+    from .gguf_convert import (
         ConvertError,
         converted_folder,
         ensure_converted,
@@ -217,8 +217,8 @@ def _load_gguf(report: ModelFolderReport, *, device: str, dtype: str, name: str 
     if cached is None:
         try:
             if check_memory:  # from the header, before a child dequantizes anything
-                from npu_console.engine.models.gguf import cached_header
-                from npu_console.engine.models.gguf_convert import preflight
+                from .gguf import cached_header
+                from .gguf_convert import preflight
 
                 preflight(gguf, cached_header(gguf))
             cached = ensure_converted(gguf, progress=part(0.02, share), cancel=cancel)
@@ -256,7 +256,7 @@ def load_tokenizer(path: Path) -> Any:
 
 
 def _single_problem(report: ModelFolderReport, what: str, exc: Exception) -> ModelFolderReport:
-    from npu_console.engine.models.folder import Problem
+    from .folder import Problem
 
     files = report.tokenizer_files if what == "tokenizer" else report.weight_files
     where = files[0] if files else "."

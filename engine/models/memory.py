@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npu_console.engine.models.folder import ModelFolderReport
+from .folder import ModelFolderReport
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
 # Activations, allocator slack and the runtime itself: a margin, not a measurement.

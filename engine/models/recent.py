@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from npu_console.engine.atomic_files import atomic_write_json, load_json
-from npu_console.engine.paths import state_dir
+from ..atomic_files import atomic_write_json, load_json
+from ..paths import state_dir
 
 MAX_RECENT = 12
 

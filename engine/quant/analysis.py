@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from npu_console.engine.quant.workflow import EventFn, StageTracker, load_float
+from .workflow import EventFn, StageTracker, load_float
 
 _STAGES = ("load", "calibrate", "sensitivity", "recommend")
 _WEIGHT = {"load": 1.0, "calibrate": 1.0, "sensitivity": 6.0, "recommend": 5.0}
@@ -52,10 +52,11 @@ class SensitivityResult:
 def run_sensitivity(req: SensitivityRequest, on_event: EventFn | None = None,
                     cancel: threading.Event | None = None) -> SensitivityResult:
     import torch
-    from npu_console.engine.quant import calib as calib_mod
-    from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
-    from npu_console.engine.quant.eval_methods import text_token_ids
-    from npu_console.engine.quant.sensitivity import layer_sensitivity, recommend_skip
+
+    from . import calib as calib_mod
+    from .config import QuantConfig, QuantError, select_layers
+    from .eval_methods import text_token_ids
+    from .sensitivity import layer_sensitivity, recommend_skip
 
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()

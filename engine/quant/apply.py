@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from npu_console.engine.quant.calib import ActStats, Cancelled, Progress
-from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
-from npu_console.engine.quant.qlinear import QuantLinear
+
+from .calib import ActStats, Cancelled, Progress
+from .config import QuantConfig, QuantError, select_layers
+from .qlinear import QuantLinear
 
 
 @dataclass
@@ -45,7 +46,7 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
     calibration when config.needs_calibration. A searched `recipe` (engine.quant.recipe)
     replaces the global SmoothQuant alpha with its per-input alphas, clips static input
     ranges and keeps its `keep_float` layers float; its stats are the sink-free ones."""
-    from npu_console.engine.quant.smooth import smooth_model
+    from .smooth import smooth_model
 
     sel = select_layers(model, config)
     candidates = set(sel.quantize)  # smoothing covers layers kept float too (exact in float)
@@ -110,8 +111,8 @@ def quantize_head(model: Any) -> dict:
     """lm_head -> int8 weight-only QuantLinear (per-row scales: exactly per output token), the
     input embedding -> QuantEmbedding (sharing the head's int8 table when the model ties them).
     Weight-only for the head whatever the method: the logits are the most sensitive product."""
-    from npu_console.engine.quant.head import embedding_scale, unsupported
-    from npu_console.engine.quant.qlinear import QuantEmbedding
+    from .head import embedding_scale, unsupported
+    from .qlinear import QuantEmbedding
 
     why = unsupported(model)
     if why:

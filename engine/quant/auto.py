@@ -13,13 +13,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npu_console.engine.quant import calib as calib_mod
-from npu_console.engine.quant import mixed
-from npu_console.engine.quant import recipe as recipe_mod
-from npu_console.engine.quant.apply import QuantInfo, quantize_model
-from npu_console.engine.quant.calib import Cancelled, Progress
-from npu_console.engine.quant.capture import capture
-from npu_console.engine.quant.config import QuantConfig, QuantError, select_layers
+
+from . import calib as calib_mod
+from . import mixed
+from . import recipe as recipe_mod
+from .apply import QuantInfo, quantize_model
+from .calib import Cancelled, Progress
+from .capture import capture
+from .config import QuantConfig, QuantError, select_layers
 
 SELF_SAMPLES = 16
 SELF_TOKENS = 128
@@ -69,7 +70,7 @@ def calibration_samples(model: Any, tok: Any, calib_file: str | None, samples: i
         texts = calib_mod.read_texts(calib_file)
         got = calib_mod.build_samples(tok, texts, samples, seq_len)
         return got, f"file {Path(calib_file).name}: {len(got)} windows of {seq_len} tokens"
-    from npu_console.engine.quant.selfcalib import self_calibration
+    from .selfcalib import self_calibration
 
     sc = self_calibration(model, tok, self_samples, self_tokens, seed=seed, model_dir=model_dir,
                           progress=progress, cancel=cancel)
@@ -80,7 +81,7 @@ def eval_measure(tok: Any, eval_file: str | None, samples: list[torch.Tensor]):
     """Perplexity function for budget and report: llama.cpp's chunks on the evaluation text,
     or, without one, the mean NLL over the calibration samples."""
     if eval_file:
-        from npu_console.engine.quant import eval_methods as em
+        from . import eval_methods as em
 
         whole, docs = em.read_eval_text(eval_file, tok)
 
@@ -130,7 +131,7 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
     if budget_pct is not None and w8a8:
         whole = None
         if cfg.method == "w8a8-static":  # as the default recipe ranks (below)
-            from npu_console.engine.quant.fisher import recipe_scores
+            from .fisher import recipe_scores
 
             whole = recipe_scores(model, rec, stats, names, samples, progress, cancel)
         twin = mixed.float_twin(model, rec, stats, names)
@@ -146,7 +147,7 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
         if cfg.method == "w8a8-static":
             # ranked by the whole model's loss, not the layer's own error: the layers whose
             # output error the later layers amplify (sink-token down_proj) go float first
-            from npu_console.engine.quant.fisher import recipe_scores
+            from .fisher import recipe_scores
 
             scores = recipe_scores(model, rec, stats, names, samples, progress, cancel)
             rec.keep_float = mixed.keep_most_sensitive(scores, params)

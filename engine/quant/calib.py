@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_console.engine.quant.config import QuantError
-from npu_console.engine.runtime.types import Cancelled  # the engine's one; quant raises it
+
+from ..runtime.types import Cancelled  # the engine's one; quant raises it
+from .config import QuantError
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def shipped_calibration_file() -> Path:
-    from npu_console.engine.paths import CALIB_DIR
+    from ..paths import CALIB_DIR
 
     return CALIB_DIR / "calibration.txt"
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from npu_console.engine.quant.calib import ActStats, Progress, run_samples
+
+from .calib import ActStats, Progress, run_samples
 
 
 @dataclass
@@ -38,7 +39,7 @@ class InputCapture:
 
 def input_groups(model: Any, names: list[str]) -> dict[str, tuple[str, ...]]:
     """Key (first consumer) -> the quantized linears that read the same input tensor."""
-    from npu_console.engine.quant.smooth import find_groups
+    from .smooth import find_groups
 
     chosen, out, seen = set(names), {}, set()
     for g in find_groups(model):

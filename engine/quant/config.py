@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_console.engine.kernels.errors import QuantError
+from ..kernels.errors import QuantError
 
 METHODS = ("w8a16", "w8a8-dynamic", "w8a8-static")
 PRESETS = ("all", "attention", "no-down-proj")

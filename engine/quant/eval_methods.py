@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npu_console.engine.quant.calib import Cancelled
+
+from .calib import Cancelled
 
 METHODS = ("chunks", "documents", "sliding")
 DEFAULT_CTX = 512
@@ -58,7 +59,7 @@ def read_eval_text(path: str | Path, tokenizer: Any = None) -> tuple[str, list[s
     """The file as one text (what llama-perplexity reads) and as documents (.jsonl records,
     conversations rendered through `tokenizer`'s chat template, or blank-line-separated
     paragraphs of a .txt)."""
-    from npu_console.engine.quant.calib import read_texts
+    from .calib import read_texts
 
     docs = read_texts(path, tokenizer)
     p = Path(path)
@@ -133,7 +134,7 @@ def documents(model: Any, tokenizer: Any, docs: list[str], ctx: int = DEFAULT_CT
               progress: ProgressFn | None = None,
               cancel: threading.Event | None = None) -> EvalResult:
     """lm-eval's rolling log-likelihood per document (see the module docstring)."""
-    from npu_console.engine.quant.evaluate import perplexity
+    from .evaluate import perplexity
 
     ctx = min(ctx, model_context(model))
     prefix = tokenizer.bos_token_id
@@ -163,7 +164,7 @@ def sliding(model: Any, tokenizer: Any, docs: list[str], ctx: int = 1024,
             progress: ProgressFn | None = None,
             cancel: threading.Event | None = None) -> EvalResult:
     """The earlier method: documents joined with EOS into one stream, overlapping windows."""
-    from npu_console.engine.quant.evaluate import perplexity
+    from .evaluate import perplexity
 
     ids = text_token_ids(tokenizer, docs)
     if max_tokens:

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npu_console.engine.quant.calib import Cancelled
+
+from .calib import Cancelled
 
 
 def _device(model: Any) -> torch.device:
@@ -136,7 +137,7 @@ def weight_bytes(model: Any) -> int:
             continue
         seen.add(t.data_ptr())
         total += t.numel() * t.element_size()
-    from npu_console.engine.quant.qlinear import QuantLinear
+    from .qlinear import QuantLinear
 
     for m in model.modules():
         if isinstance(m, QuantLinear) and m.weight.numel() == 0:

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npu_console.engine.quant.calib import Cancelled, Progress
-from npu_console.engine.quant.search import fake_dynamic, fake_static, fake_weight
+
+from .calib import Cancelled, Progress
+from .search import fake_dynamic, fake_static, fake_weight
 
 
 def _fake_output(x: torch.Tensor, w: torch.Tensor, wq: torch.Tensor, method: str,
@@ -100,7 +101,7 @@ def recipe_scores(model: Any, recipe: Any, stats: dict, names: list[str],
     model smoothed as quantize_model will smooth it, with the recipe's clipped static ranges."""
     import copy
 
-    from npu_console.engine.quant.smooth import smooth_model
+    from .smooth import smooth_model
 
     twin = copy.deepcopy(model)
     with torch.no_grad():  # tensors made under inference_mode cannot take part in autograd

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from npu_console.engine.kernels import qmath
-from npu_console.engine.quant.apply import QuantInfo, set_module
-from npu_console.engine.quant.qlinear import QuantEmbedding, QuantLinear
+
+from ..kernels import qmath
+from .apply import QuantInfo, set_module
+from .qlinear import QuantEmbedding, QuantLinear
 
 GROUP = 32  # values per scale: Q8_0's block, and the int8 group of everything rounded here
 Q8_0_BLOCK = 34  # bytes of one Q8_0 block: fp16 scale + 32 int8 values
@@ -74,8 +75,9 @@ class _Tensors:
 
 def _skeleton(config: Any, dtype: torch.dtype) -> Any:
     from accelerate import init_empty_weights
-    from npu_console.engine.models.loader import MODEL_BUILD_LOCK
     from transformers import AutoModelForCausalLM
+
+    from ..models.loader import MODEL_BUILD_LOCK
 
     with MODEL_BUILD_LOCK, init_empty_weights(include_buffers=False):
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -188,7 +190,7 @@ def build_int8_model(path: Path, config: Any, dtype: torch.dtype,
 
 
 def _embed_scale(emb: Any) -> float:
-    from npu_console.engine.quant.head import embedding_scale
+    from .head import embedding_scale
 
     return embedding_scale(emb) or 1.0
 
@@ -198,9 +200,10 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
                    cancel: threading.Event | None = None) -> Any:
     """engine.models.loader.LoadedModel of a GGUF file loaded as INT8 (formats "gguf-int8")."""
     import transformers
-    from npu_console.engine.models.loader import LoadedModel, ModelLoadError, load_steps
-    from npu_console.engine.models.gguf_tokenizer import load_tokenizer
     from transformers import AutoConfig
+
+    from ..models.gguf_tokenizer import load_tokenizer
+    from ..models.loader import LoadedModel, ModelLoadError, load_steps
 
     path = Path(path)
 
@@ -217,7 +220,7 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
     except (ValueError, KeyError, OSError, NotImplementedError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"{path}: cannot load as INT8: {reason}") from None
-    from npu_console.engine.quant.apply import prepare_for_serving
+    from .apply import prepare_for_serving
 
     model.config.architectures = [type(model).__name__]
     model.to(device)

@@ -11,7 +11,8 @@ way each value rounds changes.
 from __future__ import annotations
 
 import torch
-from npu_console.engine.kernels.qmath import QMAX
+
+from ..kernels.qmath import QMAX
 
 
 def _inverse_factor(h: torch.Tensor, damp: float) -> torch.Tensor:

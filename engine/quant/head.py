@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.kernels.errors import QuantError
+from ..kernels.errors import QuantError
 
 HEAD_MODES = ("auto", "on", "off")
 AUTO_MIN_SHARE = 0.15  # head share of the weights from which auto turns the int8 head on
@@ -86,7 +86,7 @@ def share_of_model(model: Any) -> float:
 def share_of_path(path: str | Path) -> float | None:
     """The same share from a model folder's config and weight headers (or a GGUF's header),
     without loading it; None when they do not say (the wizard then offers auto unresolved)."""
-    from npu_console.engine.models.folder import inspect_model_folder
+    from ..models.folder import inspect_model_folder
 
     report = inspect_model_folder(path)
     if not (report.vocab_size and report.hidden_size and report.num_parameters):
@@ -190,7 +190,8 @@ def measure_head_cost(model: Any, float_weight: Any, ids: list[int], window: int
     Runs `ids` in windows, catching lm_head's input: the int8 head's logits are the model's,
     the float head's are that input times the float table."""
     import torch
-    from npu_console.engine.quant.calib import Cancelled
+
+    from .calib import Cancelled
 
     head = model.get_output_embeddings()
     caught: list = []

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_console.engine.quant.apply import QuantInfo, quant_modules, set_module
-from npu_console.engine.quant.config import FORMATS, QuantError
-from npu_console.engine.quant.qlinear import QuantLinear
 from safetensors.torch import load_file, save_file
+
+from .apply import QuantInfo, quant_modules, set_module
+from .config import FORMATS, QuantError
+from .qlinear import QuantLinear
 
 NATIVE_META = "npu_quant.json"
 MSMODELSLIM_DESC = "quant_model_description.json"
@@ -68,11 +69,11 @@ def _check_exportable(model: Any) -> tuple[QuantInfo, dict[str, QuantLinear]]:
 def _copy_side_files(src: Path | None, dst: Path) -> None:
     if src is None:
         return
-    from npu_console.engine.models.gguf import gguf_file_of
+    from ..models.gguf import gguf_file_of
 
     gguf = gguf_file_of(src)
     if gguf is not None:  # a GGUF's tokenizer files are in its converted cache folder
-        from npu_console.engine.models.gguf_convert import converted_folder
+        from ..models.gguf_convert import converted_folder
 
         src = converted_folder(gguf)
         if src is None:
@@ -94,7 +95,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 def _atomic_dir(out: Path, overwrite: bool, write: Callable[[Path], None]) -> Path:
     """npu_console.engine.quant.outdir.write_folder, its refusals as QuantError."""
-    from npu_console.engine.quant.outdir import OutputFolderError, write_folder
+    from .outdir import OutputFolderError, write_folder
 
     try:
         return write_folder(out, overwrite, write)
@@ -270,7 +271,7 @@ def _skeleton(path: Path, dtype: torch.dtype) -> Any:
         from transformers.modeling_utils import no_init_weights
     except ImportError:  # pragma: no cover - older transformers
         from contextlib import nullcontext as no_init_weights
-    from npu_console.engine.models.loader import MODEL_BUILD_LOCK
+    from ..models.loader import MODEL_BUILD_LOCK
 
     with MODEL_BUILD_LOCK, no_init_weights():  # module-global state: one build at a time
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
@@ -290,8 +291,8 @@ def _install_layers(model: Any, layers: dict[str, tuple[str, int]], dtype: torch
 
 def _install_head(model: Any, head: dict, dtype: torch.dtype) -> None:
     """The QuantEmbedding of an int8-head export (its lm_head is among the int8 layers)."""
-    from npu_console.engine.quant.head import embedding_scale
-    from npu_console.engine.quant.qlinear import QuantEmbedding
+    from .head import embedding_scale
+    from .qlinear import QuantEmbedding
 
     qhead = model.get_submodule(head["head"])
     qhead.act_rows = "token"  # as engine.quant.apply.quantize_head made it
@@ -321,7 +322,7 @@ def load_quantized(path: str | Path, device: str = "cpu", dtype: str = "float32"
                    cancel: Any = None) -> Any:
     """Load any of our three export formats; returns engine.models.loader.LoadedModel with
     QuantLinear layers in the model. `dtype` is the dtype of the float parts and activations."""
-    from npu_console.engine.models.loader import (
+    from ..models.loader import (
         LoadedModel,
         ModelLoadError,
         load_steps,
@@ -339,7 +340,7 @@ def load_quantized(path: str | Path, device: str = "cpu", dtype: str = "float32"
         model = load_quantized_model(path, device, dtype)
     except QuantError as exc:
         raise ModelLoadError(str(exc)) from None
-    from npu_console.engine.quant.apply import prepare_for_serving
+    from .apply import prepare_for_serving
 
     step(0.9, "packing int8 weights for the device")
     prepare_for_serving(model)

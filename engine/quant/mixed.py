@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_console.engine.quant.calib import Cancelled, Progress
+from .calib import Cancelled, Progress
 
 # relative output error above which a layer stays float by default; static W8A8 (one range
 # per tensor) loses more per unit of layer error than per-token dynamic, measured on SmolLM2
@@ -97,7 +97,7 @@ def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[st
     Leaves `quantized` with the chosen layers float. `whole_model`: engine.quant.fisher scores;
     given, layers go float by them per weight (as keep_most_sensitive ranks), not by their own
     output error."""
-    from npu_console.engine.quant.apply import set_module
+    from .apply import set_module
 
     if whole_model:
         order = sorted((n for n in whole_model if n in params),
@@ -164,7 +164,7 @@ def fit_budget(quantized: Any, smoothed_float: Any, recipe: Any, params: dict[st
 
 def float_twin(model: Any, recipe: Any, stats: dict, names: list[str]) -> Any:
     """A float copy of `model` smoothed as quantize_model will smooth it (exact in float)."""
-    from npu_console.engine.quant.smooth import smooth_model
+    from .smooth import smooth_model
 
     twin = copy.deepcopy(model)
     if recipe.alphas:

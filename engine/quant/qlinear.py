@@ -9,9 +9,10 @@ quantization adds: rounding a float layer into it and reading the weight back as
 from __future__ import annotations
 
 import torch
-from npu_console.engine.kernels import qmath
-from npu_console.engine.kernels.int8_linear import Int8Linear, apply_keeping_fp32_scales
 from torch import nn
+
+from ..kernels import qmath
+from ..kernels.int8_linear import Int8Linear, apply_keeping_fp32_scales
 
 
 class QuantLinear(Int8Linear):

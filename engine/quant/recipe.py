@@ -8,9 +8,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_console.engine.quant.calib import Cancelled, Progress
-from npu_console.engine.quant.capture import InputCapture, as_stats
-from npu_console.engine.quant.search import (
+from .calib import Cancelled, Progress
+from .capture import InputCapture, as_stats
+from .search import (
     ALPHAS,
     CLIPS,
     STATIC_ALPHAS,
@@ -18,7 +18,7 @@ from npu_console.engine.quant.search import (
     InputChoice,
     search_input,
 )
-from npu_console.engine.quant.smooth import _norm_is_foldable, find_groups
+from .smooth import _norm_is_foldable, find_groups
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Recipe:
     def rounded_weight(self, name: str, weight: Any, factors: dict) -> Any:
         """(int8, scales) by engine.quant.gptq for a layer whose input Gram matrix was
         captured, on the weight as smoothing left it; None: round to nearest."""
-        from npu_console.engine.quant.gptq import prepare, round_weight, smoothed_gram
+        from .gptq import prepare, round_weight, smoothed_gram
 
         key = self.key_of.get(name)
         gram = self.grams.get(key) if key is not None else None

@@ -91,7 +91,7 @@ class EvalSpec:
     kl: bool = True  # KL divergence against the float model
 
     def check(self) -> None:
-        from npu_console.engine.quant.config import QuantError
+        from .config import QuantError
 
         if self.max_tokens < 64 or self.n_prompts < 1 or self.new_tokens < 2 or self.ctx < 16:
             raise QuantError("evaluation needs max_tokens >= 64, n_prompts >= 1, "
@@ -125,11 +125,12 @@ def compare(float_dir: str, quant_dirs: list[str], spec: EvalSpec = EvalSpec(),
     stops between (and inside perplexity) steps with engine.runtime.types.Cancelled. `names`:
     the variants' names in rows and messages (default: their folder names)."""
     import torch
-    from npu_console.engine.models.loader import load_model
-    from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant import evaluate as ev
-    from npu_console.engine.quant.calib import Cancelled, read_texts
-    from npu_console.engine.quant.config import QuantError
+
+    from ..models.loader import load_model
+    from . import eval_methods as em
+    from . import evaluate as ev
+    from .calib import Cancelled, read_texts
+    from .config import QuantError
 
     n = 1 + len(quant_dirs)
     names = list(names or [Path(q).name for q in quant_dirs])

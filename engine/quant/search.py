@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from npu_console.engine.kernels import qmath
-from npu_console.engine.kernels.qmath import QMAX
+
+from ..kernels import qmath
+from ..kernels.qmath import QMAX
 
 ALPHAS = (0.3, 0.45, 0.6, 0.7, 0.8, 0.9)
 CLIPS = (1.0, 0.8, 0.6, 0.45, 0.33, 0.25)  # fractions of the largest non-sink |x|

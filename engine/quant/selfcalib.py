@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_console.engine.quant.calib import Cancelled, Progress
+
+from .calib import Cancelled, Progress
 
 # neutral requests: no domain, no language other than the one the model answers in
 PROMPTS = ("Tell me about something you find interesting.",
@@ -67,7 +68,7 @@ def _starts(tokenizer: Any, n: int) -> list[list[int]]:
 
 
 def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Path:
-    from npu_console.engine.paths import cache_dir
+    from ..paths import cache_dir
 
     p = Path(model_dir).resolve()
     # the GGUF cache's meta.json is touched on every use (its eviction order), so its mtime

@@ -10,11 +10,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from npu_console.engine.quant.apply import set_module
-from npu_console.engine.quant.calib import ActStats, Cancelled, Progress
-from npu_console.engine.quant.config import QuantConfig, select_layers
-from npu_console.engine.quant.evaluate import perplexity
-from npu_console.engine.quant.qlinear import QuantLinear
+
+from .apply import set_module
+from .calib import ActStats, Cancelled, Progress
+from .config import QuantConfig, select_layers
+from .evaluate import perplexity
+from .qlinear import QuantLinear
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class _Swapper:
     and switches layers between the two without copying the model again."""
 
     def __init__(self, model: Any, config: QuantConfig, stats: dict[str, ActStats] | None):
-        from npu_console.engine.quant.smooth import smooth_model
+        from .smooth import smooth_model
 
         self.model = copy.deepcopy(model)
         self.names = select_layers(self.model, config).quantize

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from npu_console.engine.quant.calib import ActStats
+
+from .calib import ActStats
 
 
 @dataclass(frozen=True)

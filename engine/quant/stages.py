@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from npu_console.engine.quant.calib import Cancelled
+from .calib import Cancelled
 
 STAGES = ("load", "calibrate", "quantize", "export", "evaluate", "report")
 # share of the progress bar per stage (the stages a run skips are left out before scaling)

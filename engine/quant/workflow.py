@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.quant import calib as calib_mod
-from npu_console.engine.quant.apply import QuantInfo, quantize_model
-from npu_console.engine.quant.calib import Cancelled
-from npu_console.engine.quant.config import FORMATS, QuantConfig, QuantError, select_layers
-from npu_console.engine.quant.head import HeadCost, HeadDecision, decide, head_mode
-from npu_console.engine.quant.outdir import OutputFolderError, check_replaceable, write_folder
-from npu_console.engine.quant.report import Comparison, EvalSpec, write_report
-from npu_console.engine.quant.stages import (
+from . import calib as calib_mod
+from .apply import QuantInfo, quantize_model
+from .calib import Cancelled
+from .config import FORMATS, QuantConfig, QuantError, select_layers
+from .head import HeadCost, HeadDecision, decide, head_mode
+from .outdir import OutputFolderError, check_replaceable, write_folder
+from .report import Comparison, EvalSpec, write_report
+from .stages import (
     _WORDS,
     STAGES,
     EventFn,
@@ -170,8 +170,8 @@ class QuantizeResult:
 def load_float(model_dir: str, device: str, dtype: str, cancel: threading.Event | None = None
                ) -> Any:
     """The engine's LoadedModel of a float model folder or GGUF file (one-line QuantErrors)."""
-    from npu_console.engine.models.gguf import GgufError, gguf_file_of
-    from npu_console.engine.models.loader import load_model
+    from ..models.gguf import GgufError, gguf_file_of
+    from ..models.loader import load_model
 
     path = Path(model_dir)
     if not path.exists():
@@ -182,7 +182,7 @@ def load_float(model_dir: str, device: str, dtype: str, cancel: threading.Event 
         raise QuantError(str(exc)) from None
     if not is_gguf and not (path / "config.json").is_file():
         raise QuantError(f"{path} is not a model folder (no config.json) nor a GGUF file")
-    from npu_console.engine.quant.io import detect_format
+    from .io import detect_format
 
     if detect_format(path) is not None:
         raise QuantError(f"{path} is already quantized; quantize the float model")
@@ -191,7 +191,7 @@ def load_float(model_dir: str, device: str, dtype: str, cancel: threading.Event 
 
 def _check_request(req: QuantizeRequest) -> QuantConfig:
     """Every check that needs no model, before any heavy work."""
-    from npu_console.engine.quant.auto import check_budget
+    from .auto import check_budget
 
     if req.act_scales not in ("auto", "block", "token"):
         raise QuantError(f"unknown activation scales {req.act_scales!r}; choose auto, block "
@@ -250,8 +250,8 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
         loaded = load_float(req.model_dir, req.device, req.dtype, cancel)
     elif getattr(loaded, "quantization", None):
         raise QuantError(f"{loaded.name} is already quantized ({loaded.quantization})")
-    from npu_console.engine.quant.evaluate import weight_bytes
-    from npu_console.engine.quant.head import share_of_model, unsupported
+    from .evaluate import weight_bytes
+    from .head import share_of_model, unsupported
 
     # before any calibration: an impossible --int8-head on fails here, auto never picks it
     head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device, cfg.method,
@@ -306,7 +306,8 @@ def _check_device(req: QuantizeRequest, cfg: QuantConfig, model: Any) -> None:
     if not req.device.startswith("npu"):
         return
     import torch
-    from npu_console.engine.kernels.npu import check_supported
+
+    from ..kernels.npu import check_supported
 
     for name in select_layers(model, cfg).quantize:
         lin = model.get_submodule(name)
@@ -316,7 +317,7 @@ def _check_device(req: QuantizeRequest, cfg: QuantConfig, model: Any) -> None:
 
 def _plain(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, texts: list[str] | None,
            ev: StageTracker, cancel: threading.Event) -> dict:
-    from npu_console.engine.quant.mixed import int8_fraction
+    from .mixed import int8_fraction
 
     model, stats, n = loaded.model, None, 0
     if cfg.needs_calibration:
@@ -339,7 +340,7 @@ def _plain(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, texts: list[str]
 
 def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
           cancel: threading.Event) -> dict:
-    from npu_console.engine.quant.auto import run_auto
+    from .auto import run_auto
 
     # the extra seeds first, each on a copy, while the float model is still float
     seed_runs = [_auto_seed(req, cfg, loaded, ev, cancel, seed)
@@ -357,7 +358,7 @@ def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
 
 def _calibration(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
                  cancel: threading.Event, seed: int) -> tuple[list, str]:
-    from npu_console.engine.quant.auto import calibration_samples, self_tokens_for
+    from .auto import calibration_samples, self_tokens_for
 
     ev.enter("calibrate", "preparing calibration samples")
     samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,
@@ -373,7 +374,7 @@ def _auto_seed(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTra
     """One extra seed's quantization of a copy of the float model, scored on eval_file."""
     import copy
 
-    from npu_console.engine.quant.auto import run_auto
+    from .auto import run_auto
 
     samples, source = _calibration(req, cfg, loaded, ev, cancel, seed)
     res = run_auto(copy.deepcopy(loaded.model), loaded.tokenizer, cfg, samples, source,
@@ -391,8 +392,8 @@ def _head_cost(req: QuantizeRequest, model: Any, float_head: Any, tok: Any,
                ev: StageTracker, cancel: threading.Event) -> HeadCost:
     """The int8 head alone on the evaluation text (first 1024 tokens): one forward pass of the
     quantized model, through the int8 and the float head (engine.quant.head)."""
-    from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.head import measure_head_cost
+    from . import eval_methods as em
+    from .head import measure_head_cost
 
     ev.step("head cost", 0, 1)
     data = req.evaluation().data if req.evaluation() is not None else req.eval_file
@@ -406,7 +407,7 @@ def _head_cost(req: QuantizeRequest, model: Any, float_head: Any, tok: Any,
 def _export(req: QuantizeRequest, model: Any, source_dir: str, ev: StageTracker) -> Path:
     """Write the checkpoint: to out_dir (atomically), or, when an evaluation follows, to a
     hidden folder beside it that replaces out_dir only once the evaluation is done."""
-    from npu_console.engine.quant.io import export
+    from .io import export
 
     out = Path(req.out_dir).absolute()
     staged = (out if req.evaluation() is None
@@ -426,7 +427,7 @@ def _export(req: QuantizeRequest, model: Any, source_dir: str, ev: StageTracker)
 
 def _measure_and_commit(req: QuantizeRequest, staged: Path, result: QuantizeResult,
                         ev: StageTracker, cancel: threading.Event) -> None:
-    from npu_console.engine.quant.report import compare
+    from .report import compare
 
     out = Path(req.out_dir).absolute()
     spec = req.evaluation()
@@ -454,7 +455,7 @@ def _move_into(src: Path, dest: Path) -> None:
 def reexport(quant_dir: str, fmt: str, dest: str, source_dir: str | None = None,
              overwrite: bool = False, on_event: EventFn | None = None) -> Path:
     """Write a quantized checkpoint in another format (the export stage on its own; atomic)."""
-    from npu_console.engine.quant.io import export, load_quantized_model
+    from .io import export, load_quantized_model
 
     ev = StageTracker(("load", "export"), on_event, threading.Event())
     ev.enter("load", f"loading {Path(quant_dir).name}")

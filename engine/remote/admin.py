@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import httpx
-from npu_console.engine.remote.errors import RemoteAuthError, connection_error
-from npu_console.engine.remote.sse import (
+
+from ..runtime.types import EngineError
+from .errors import RemoteAuthError, connection_error
+from .sse import (
     MAX_ERROR_BYTES,
     MAX_EVENT_BYTES,
     capped_lines,
     error_message,
     read_capped_sync,
 )
-from npu_console.engine.remote.urls import normalize_base_url
-from npu_console.engine.runtime.types import EngineError
+from .urls import normalize_base_url
 
 FINAL = ("done", "failed", "cancelled")
 # one answer (a listing of every model folder under the roots is the largest: ~1 KB a folder);

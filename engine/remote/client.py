@@ -24,19 +24,9 @@ import time
 from typing import Any
 
 import httpx
-from npu_console.engine.remote.errors import connection_error, error_from_response
-from npu_console.engine.remote.prom import MetricsSnapshot, figures, parse_metrics
-from npu_console.engine.remote.sse import (
-    chunk_reasoning,
-    chunk_text,
-    error_message,
-    read_capped,
-    reasoning_tokens,
-    sse_events,
-)
-from npu_console.engine.remote.urls import normalize_base_url
-from npu_console.engine.runtime.handle import LocalRequestHandle
-from npu_console.engine.runtime.types import (
+
+from ..runtime.handle import LocalRequestHandle
+from ..runtime.types import (
     EngineError,
     EngineStats,
     EngineStoppedError,
@@ -49,6 +39,17 @@ from npu_console.engine.runtime.types import (
     TokenEvent,
     Usage,
 )
+from .errors import connection_error, error_from_response
+from .prom import MetricsSnapshot, figures, parse_metrics
+from .sse import (
+    chunk_reasoning,
+    chunk_text,
+    error_message,
+    read_capped,
+    reasoning_tokens,
+    sse_events,
+)
+from .urls import normalize_base_url
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from npu_console.engine.remote.sse import error_message
-from npu_console.engine.runtime.types import (
+
+from ..runtime.types import (
     ContextLengthError,
     EngineError,
     InvalidRequestError,
@@ -14,6 +14,7 @@ from npu_console.engine.runtime.types import (
     NoModelLoadedError,
     QueueFullError,
 )
+from .sse import error_message
 
 
 class RemoteConnectionError(EngineError):

@@ -29,8 +29,15 @@ from typing import Self
 
 import httpx
 import numpy as np
-from npu_console.engine.remote.errors import connection_error
-from npu_console.engine.remote.fleet_types import (  # noqa: F401 - the fleet API in one import
+
+from ..runtime.types import EngineStats
+from ..telemetry.alerts import AlertEvent
+from ..telemetry.history import MetricHistory
+from ..telemetry.poller import history_values
+from ..telemetry.snapshot_json import snapshot_from_json
+from ..telemetry.types import TelemetrySnapshot
+from .errors import connection_error
+from .fleet_types import (  # noqa: F401 - the fleet API in one import
     ChipSummary,
     HostSnapshot,
     HostState,
@@ -39,20 +46,14 @@ from npu_console.engine.remote.fleet_types import (  # noqa: F401 - the fleet AP
     health_rank,
     host_of,
 )
-from npu_console.engine.remote.prom import (
+from .prom import (
     LATENCY_KEYS,
     LatencyWindow,
     MetricsSnapshot,
     figures,
     parse_metrics,
 )
-from npu_console.engine.remote.urls import normalize_base_url
-from npu_console.engine.runtime.types import EngineStats
-from npu_console.engine.telemetry.alerts import AlertEvent
-from npu_console.engine.telemetry.history import MetricHistory
-from npu_console.engine.telemetry.poller import history_values
-from npu_console.engine.telemetry.snapshot_json import snapshot_from_json
-from npu_console.engine.telemetry.types import TelemetrySnapshot
+from .urls import normalize_base_url
 
 log = logging.getLogger(__name__)
 

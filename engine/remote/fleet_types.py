@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from npu_console.engine.runtime.types import EngineStats
-from npu_console.engine.telemetry.alerts import AlertEvent
-from npu_console.engine.telemetry.types import TelemetrySnapshot
+from ..runtime.types import EngineStats
+from ..telemetry.alerts import AlertEvent
+from ..telemetry.types import TelemetrySnapshot
 
 HostState = Literal["connecting", "up", "unreachable", "unauthorized"]
 

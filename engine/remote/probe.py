@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import httpx
-from npu_console.engine.remote.errors import connection_error, error_from_response
-from npu_console.engine.remote.urls import normalize_base_url
+
+from .errors import connection_error, error_from_response
+from .urls import normalize_base_url
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.runtime.types import (
+from ..runtime.types import (
     EngineClient,
     EngineError,
     EngineStats,
@@ -82,7 +82,7 @@ class ReplicaPool:
         """One LocalEngine per device ("npu:0", "npu:1", ... or "cpu" several times)."""
         from dataclasses import replace
 
-        from npu_console.engine.runtime import EngineConfig, LocalEngine
+        from ..runtime import EngineConfig, LocalEngine
 
         base = config or EngineConfig()
         engines = [LocalEngine(replace(base)) for _ in devices]

@@ -33,7 +33,7 @@ def kv_bytes_per_token(model_config: Any, dtype: torch.dtype) -> int:
 def free_bytes(device: Any) -> int | None:
     """Memory free for the KV cache on `device` (host RAM for the CPU); None if unknown."""
     try:
-        from npu_console.engine.devices import get_device
+        from ..devices import get_device
 
         return int(get_device(str(device)).free_memory)
     except Exception:  # noqa: BLE001 - unknown free memory falls back to the floor

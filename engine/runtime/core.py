@@ -17,14 +17,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from npu_console.engine.runtime.config import EngineConfig
-from npu_console.engine.runtime.handle import Job, LocalRequestHandle, batched_wakeups
-from npu_console.engine.runtime.metrics import EngineMetrics, StepStats
-from npu_console.engine.runtime.output import RequestOutputs
-from npu_console.engine.runtime.runner import run_step
-from npu_console.engine.runtime.sampler import sample_contained
-from npu_console.engine.runtime.sequence import SeqState, Sequence
-from npu_console.engine.runtime.types import (
+from .config import EngineConfig
+from .handle import Job, LocalRequestHandle, batched_wakeups
+from .metrics import EngineMetrics, StepStats
+from .output import RequestOutputs
+from .runner import run_step
+from .sampler import sample_contained
+from .sequence import SeqState, Sequence
+from .types import (
     EngineError,
     EngineStoppedError,
     Event,
@@ -32,7 +32,7 @@ from npu_console.engine.runtime.types import (
     InvalidRequestError,
     QueueFullError,
 )
-from npu_console.engine.runtime.variant import Variant, rebuild_variant
+from .variant import Variant, rebuild_variant
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 def native_f32_available() -> bool:
-    from npu_console.engine.kernels import native
+    from ..kernels import native
     return native.available()
 
 
@@ -54,7 +54,7 @@ def linear_fn(mod: torch.nn.Module, enabled: bool) -> Linear:
     decode-sized inputs (any leading shape, last dim = in_features)."""
     if not enabled or not applies(mod):
         return mod
-    from npu_console.engine.kernels import native
+    from ..kernels import native
 
     fn = native.library().npc_f32
     n, k = mod.out_features, mod.in_features

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.runtime.config import EngineConfig
-from npu_console.engine.runtime.core import EngineCore
-from npu_console.engine.runtime.handle import Job, LocalRequestHandle
-from npu_console.engine.runtime.loading import folder_loader, start_load
-from npu_console.engine.runtime.metrics import EngineMetrics, StepStats
-from npu_console.engine.runtime.output import output_for
-from npu_console.engine.runtime.sequence import Sequence
-from npu_console.engine.runtime.types import (
+from .config import EngineConfig
+from .core import EngineCore
+from .handle import Job, LocalRequestHandle
+from .loading import folder_loader, start_load
+from .metrics import EngineMetrics, StepStats
+from .output import output_for
+from .sequence import Sequence
+from .types import (
     EngineStats,
     GenerationRequest,
     InvalidRequestError,
@@ -28,13 +28,13 @@ from npu_console.engine.runtime.types import (
     ModelNotFoundError,
     NoModelLoadedError,
 )
-from npu_console.engine.runtime.validation import (
+from .validation import (
     check_context,
     check_prompt_source,
     check_token_ids,
     normalize_params,
 )
-from npu_console.engine.runtime.variant import Variant
+from .variant import Variant
 
 
 class LocalEngine:

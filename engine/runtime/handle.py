@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from npu_console.engine.runtime.types import (
+from .types import (
     Completion,
     EngineError,
     Event,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from npu_console.engine.runtime.sequence import Sequence
+from .sequence import Sequence
 
 
 def common_prefix_len(a: list[int], b: list[int], limit: int) -> int:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from npu_console.engine.runtime.handle import Job
-from npu_console.engine.runtime.types import Cancelled, EngineError, InvalidRequestError
-from npu_console.engine.runtime.variant import build_variant
+from .handle import Job
+from .types import Cancelled, EngineError, InvalidRequestError
+from .variant import build_variant
 
 
 def folder_loader(path: str | Path, name: str, device: str,
@@ -23,7 +23,7 @@ def folder_loader(path: str | Path, name: str, device: str,
     the job (up to 0.75; the KV cache comes after) and stopping when the job is cancelled."""
 
     def produce(job: Job) -> Any:
-        from npu_console.engine.models import ModelFolderError, ModelLoadError, load_model
+        from ..models import ModelFolderError, ModelLoadError, load_model
 
         try:
             return load_model(path, device=device, dtype=dtype, name=name,

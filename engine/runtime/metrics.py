@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from npu_console.engine.ring import Ring
+
+from ..ring import Ring
 
 SERIES = (
     "running", "waiting", "batch_size", "tokens_per_step", "step_ms",

@@ -67,8 +67,8 @@ def _fp32_cpu(t: torch.Tensor | None, what: str, shape: tuple | None = None) -> 
 def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     """The descriptor of one projection: a plain fp32 nn.Linear, or an int8 layer (the kernels'
     Int8Linear, which engine.quant's QuantLinear is) whose plain int8 weight is kept."""
-    from npu_console.engine.kernels import native
-    from npu_console.engine.kernels.int8_linear import Int8Linear
+    from ..kernels import native
+    from ..kernels.int8_linear import Int8Linear
 
     name = type(mod).__name__
     if (getattr(mod, "out_features", None), getattr(mod, "in_features", None)) != (n, k):
@@ -151,7 +151,7 @@ class DecodePlan:
 
 def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
     """The native decode plan of a BatchedRunner, or (None, why not)."""
-    from npu_console.engine.kernels import native
+    from ..kernels import native
 
     if runner.device.type != "cpu":
         return None, "not on CPU"

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from npu_console.engine.runtime.detokenizer import IncrementalDetokenizer, StopStringFilter
-from npu_console.engine.runtime.reasoning import ReasoningParser, Split
-from npu_console.engine.runtime.sequence import Sequence
-from npu_console.engine.runtime.types import (
+from .detokenizer import IncrementalDetokenizer, StopStringFilter
+from .reasoning import ReasoningParser, Split
+from .sequence import Sequence
+from .types import (
     Event,
     FinishEvent,
     GenerationRequest,

@@ -27,8 +27,8 @@ import dataclasses
 import threading
 from typing import Any
 
-from npu_console.engine.runtime.types import GenerationRequest, InvalidRequestError
-from npu_console.engine.runtime.validation import check_prompt_fits
+from .types import GenerationRequest, InvalidRequestError
+from .validation import check_prompt_fits
 
 
 def render_chat(tokenizer: Any, messages: list[dict]) -> str:

@@ -19,11 +19,12 @@ import logging
 from typing import Any
 
 import torch
-from npu_console.engine.runtime import cpu_linear, families, native_decode
-from npu_console.engine.runtime.families.attention import StepLayout
-from npu_console.engine.runtime.kv_cache import KVCache
-from npu_console.engine.runtime.scheduler import ScheduledSeq
-from npu_console.engine.runtime.sequence import Sequence
+
+from . import cpu_linear, families, native_decode
+from .families.attention import StepLayout
+from .kv_cache import KVCache
+from .scheduler import ScheduledSeq
+from .sequence import Sequence
 
 log = logging.getLogger(__name__)
 

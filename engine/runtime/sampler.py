@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 import torch
-from npu_console.engine.runtime.sequence import Sequence
+
+from .sequence import Sequence
 
 
 class SamplingError(Exception):

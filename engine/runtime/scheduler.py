@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from npu_console.engine.runtime.kv_slots import SlotAllocator
-from npu_console.engine.runtime.sequence import SeqState, Sequence
+from .kv_slots import SlotAllocator
+from .sequence import SeqState, Sequence
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from npu_console.engine.runtime.types import SamplingParams
+from .types import SamplingParams
 
 
 class SeqState(Enum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from npu_console.engine.runtime.types import (
+from .types import (
     ContextLengthError,
     GenerationRequest,
     InvalidRequestError,

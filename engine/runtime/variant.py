@@ -8,20 +8,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_console.engine.runtime.config import EngineConfig
-from npu_console.engine.runtime.kv_slots import SlotAllocator
-from npu_console.engine.runtime.model_size import model_size
-from npu_console.engine.runtime.prompting import PromptEncoder
-from npu_console.engine.runtime.reasoning import choose_parser
-from npu_console.engine.runtime.runner import make_runner
-from npu_console.engine.runtime.scheduler import Scheduler
-from npu_console.engine.runtime.types import (
+from .config import EngineConfig
+from .kv_slots import SlotAllocator
+from .model_size import model_size
+from .prompting import PromptEncoder
+from .reasoning import choose_parser
+from .runner import make_runner
+from .scheduler import Scheduler
+from .types import (
     MODEL_DEFAULT_FIELDS,
     InvalidRequestError,
     ModelInfo,
     SamplingParams,
 )
-from npu_console.engine.runtime.validation import normalize_params
+from .validation import normalize_params
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def context_length(config: Any) -> int | None:
 def eos_ids(loaded: Any) -> frozenset[int]:
     """Tokens that end a reply: the model's EOS (generation config and tokenizer) and the
     chat template's end-of-turn token where that is another one."""
-    from npu_console.engine.runtime.template_facts import end_of_turn_id
+    from .template_facts import end_of_turn_id
 
     ids: set[int] = set()
     eot = end_of_turn_id(loaded.tokenizer)
@@ -106,13 +106,13 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
                   force_fallback: bool = False) -> Variant:
     """Wrap a LoadedModel: preallocate its KV cache and give it a scheduler (any thread)."""
     model = loaded.model
-    from npu_console.engine.runtime.context_budget import (
+    from .context_budget import (
         choose_max_len,
         free_bytes,
         kv_bytes_per_token,
     )
-    from npu_console.engine.runtime.runner import resolve_kv_dtype
-    from npu_console.engine.runtime.template_facts import default_system_prompt
+    from .runner import resolve_kv_dtype
+    from .template_facts import default_system_prompt
 
     param = next(model.parameters())
     kv_dtype = resolve_kv_dtype(config.kv_dtype, param.dtype, param.device)

@@ -64,12 +64,12 @@ Prometheus: engine.telemetry.prometheus.TelemetryCollector(poller) (npu-exporter
 
 from __future__ import annotations
 
-from npu_console.engine.telemetry.alerts import AlertEvent, default_rules
-from npu_console.engine.telemetry.npu_smi_kv import parse_kv_output
-from npu_console.engine.telemetry.npu_smi_table import NpuSmiInfo, parse_npu_smi_info
-from npu_console.engine.telemetry.poller import TelemetryPoller
-from npu_console.engine.telemetry.providers import make_provider
-from npu_console.engine.telemetry.types import (
+from .alerts import AlertEvent, default_rules
+from .npu_smi_kv import parse_kv_output
+from .npu_smi_table import NpuSmiInfo, parse_npu_smi_info
+from .poller import TelemetryPoller
+from .providers import make_provider
+from .types import (
     DeviceSnapshot,
     HostSnapshot,
     ProcessInfo,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from npu_console.engine.telemetry.types import TelemetrySnapshot
+from .types import TelemetrySnapshot
 
 AlertState = Literal["raised", "cleared", "event"]
 

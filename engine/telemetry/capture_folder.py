@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_console.engine.telemetry.npu_details import CAPTURE_COMMANDS, SubOutput
+from .npu_details import CAPTURE_COMMANDS, SubOutput
 
 _COMMANDS = "|".join(sorted((re.escape(c) for c in ("info", *CAPTURE_COMMANDS)), key=len,
                             reverse=True))
@@ -76,8 +76,8 @@ def scan_folder(folder: str | os.PathLike) -> CaptureFolder:
 def folder_json(folder: str | os.PathLike) -> dict:
     """`npu-console smi --input DIR --json`: each table capture as `NpuSmiInfo.to_json()`, its
     chips with a `detail` object (or null) from the same-prefix sub-command captures."""
-    from npu_console.engine.telemetry.npu_details import build_details, detail_json
-    from npu_console.engine.telemetry.npu_smi_table import parse_npu_smi_info
+    from .npu_details import build_details, detail_json
+    from .npu_smi_table import parse_npu_smi_info
 
     found = scan_folder(folder)
     captures = []

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from npu_console.engine.ring import Ring
+
+from ..ring import Ring
 
 
 class MetricHistory:

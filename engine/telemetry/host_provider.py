@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from npu_console.engine.devices import cpu_name
-from npu_console.engine.telemetry.types import DeviceSnapshot, HostSnapshot
+from ..devices import cpu_name
+from .types import DeviceSnapshot, HostSnapshot
 
 
 class HostProvider:

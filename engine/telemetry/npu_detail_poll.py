@@ -16,13 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from npu_console.engine.telemetry.npu_details import (
+from .npu_details import (
     LIVE_COMMANDS,
     SubOutput,
     argv_for,
     build_details,
 )
-from npu_console.engine.telemetry.types import ChipDetail
+from .types import ChipDetail
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from npu_console.engine.telemetry.npu_health import explain_codes, explain_status
-from npu_console.engine.telemetry.npu_smi_kv import parse_kv_output, parse_usages
-from npu_console.engine.telemetry.npu_smi_kv_card import parse_board, parse_ecc, parse_health
-from npu_console.engine.telemetry.smi_values import to_int
-from npu_console.engine.telemetry.types import ChipDetail, DeviceSnapshot
+from .npu_health import explain_codes, explain_status
+from .npu_smi_kv import parse_kv_output, parse_usages
+from .npu_smi_kv_card import parse_board, parse_ecc, parse_health
+from .smi_values import to_int
+from .types import ChipDetail, DeviceSnapshot
 
 # what the live provider runs: per card, except health (per chip, `-c`)
 LIVE_COMMANDS = ("usages", "board", "ecc", "health-c")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_console.engine.telemetry.smi_values import to_float, to_int, to_str
+from .smi_values import to_float, to_int, to_str
 
 _HEAD_KEYS = ("NPU ID", "Chip Count", "Total Count", "Card Count")
 _ANNOTATION_RE = re.compile(r"\t+\s*#.*$")

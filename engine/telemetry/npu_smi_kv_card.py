@@ -9,8 +9,8 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from npu_console.engine.telemetry.npu_smi_kv import KvBlock, _Chips, _read_chips, parse_kv_output
-from npu_console.engine.telemetry.smi_values import to_int, to_str
+from .npu_smi_kv import KvBlock, _Chips, _read_chips, parse_kv_output
+from .smi_values import to_int, to_str
 
 _PROC_RE = re.compile(
     r"Process id:\s*(\d+)\s+Process name:(.*?)\s*Process memory\(MB\):\s*(\d+)", re.IGNORECASE

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from npu_console.engine.telemetry.smi_values import to_float, to_int, to_str
+from .smi_values import to_float, to_int, to_str
 
 _VERSION = r"\d+\.\d+(?:\.[A-Za-z0-9]+)*"
 _TOOL_VERSION_RE = re.compile(r"npu-smi\s+(" + _VERSION + ")")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from npu_console.engine.telemetry.types import DeviceSnapshot, ProcessInfo, ProviderError, Reading
+from .types import DeviceSnapshot, ProcessInfo, ProviderError, Reading
 
 log = logging.getLogger(__name__)
 

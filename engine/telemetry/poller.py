@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from npu_console.engine.telemetry.alerts import AlertEvent, AlertManager, default_rules
-from npu_console.engine.telemetry.history import MetricHistory
-from npu_console.engine.telemetry.types import ProviderError, TelemetrySnapshot
+
+from .alerts import AlertEvent, AlertManager, default_rules
+from .history import MetricHistory
+from .types import ProviderError, TelemetrySnapshot
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from npu_console.engine.telemetry.types import DeviceSnapshot
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .types import DeviceSnapshot
 
 _LABELS = ["id", "model_name", "vdie_id", "pcie_bus_info", "kind"]
 

@@ -20,17 +20,17 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from npu_console.engine.telemetry.capture_folder import scan_folder
-from npu_console.engine.telemetry.host_provider import HostProvider
-from npu_console.engine.telemetry.npu_detail_poll import (
+from .capture_folder import scan_folder
+from .host_provider import HostProvider
+from .npu_detail_poll import (
     DEFAULT_DETAIL_INTERVAL_S,
     DEFAULT_DETAIL_TIMEOUT_S,
     DetailRefresher,
 )
-from npu_console.engine.telemetry.npu_details import attach_details, build_details, table_chips
-from npu_console.engine.telemetry.npu_smi_table import NpuSmiInfo, parse_npu_smi_info
-from npu_console.engine.telemetry.nvml_provider import NvmlProvider
-from npu_console.engine.telemetry.types import (
+from .npu_details import attach_details, build_details, table_chips
+from .npu_smi_table import NpuSmiInfo, parse_npu_smi_info
+from .nvml_provider import NvmlProvider
+from .types import (
     DeviceSnapshot,
     ProcessInfo,
     ProviderError,

@@ -16,9 +16,9 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from npu_console.engine.telemetry.alerts import AlertEvent
-from npu_console.engine.telemetry.npu_details import detail_json
-from npu_console.engine.telemetry.types import (
+from .alerts import AlertEvent
+from .npu_details import detail_json
+from .types import (
     ChipDetail,
     DeviceSnapshot,
     HostSnapshot,

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from npu_console.engine.runtime import cpu_linear
-from npu_console.engine.runtime.families.attention import StepLayout, apply_rope, attend
+
+from .. import cpu_linear
+from .attention import StepLayout, apply_rope, attend
 
 
 class DecoderFamily:

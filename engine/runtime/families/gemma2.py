@@ -8,8 +8,9 @@ the window and the cap switched on. Not on the native decode step (its kernel ha
 from __future__ import annotations
 
 import torch
-from npu_console.engine.runtime.families.attention import StepLayout
-from npu_console.engine.runtime.families.base import DecoderFamily
+
+from .attention import StepLayout
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Gemma2ForCausalLM",)
 

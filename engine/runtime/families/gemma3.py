@@ -6,7 +6,8 @@ own scaling)."""
 from __future__ import annotations
 
 import torch
-from npu_console.engine.runtime.families import gemma2
+
+from . import gemma2
 
 ARCHITECTURES = ("Gemma3ForCausalLM",)
 

@@ -1,7 +1,7 @@
 """Llama (and every Llama body: Llama 2/3 with their rope scaling, DeepSeek-R1-Distill-Llama,
 SmolLM): the base decoder as it is."""
 
-from npu_console.engine.runtime.families.base import DecoderFamily
+from .base import DecoderFamily
 
 ARCHITECTURES = ("LlamaForCausalLM",)
 

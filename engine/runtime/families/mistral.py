@@ -2,7 +2,7 @@
 window is a mask over the slot's keys (attention.StepLayout); the native decode step has no
 window, so a model whose window is shorter than a slot decodes on the PyTorch path."""
 
-from npu_console.engine.runtime.families.base import DecoderFamily
+from .base import DecoderFamily
 
 ARCHITECTURES = ("MistralForCausalLM",)
 

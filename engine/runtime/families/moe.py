@@ -5,7 +5,7 @@ expert by expert over the tokens that chose it). Not on the native decode step."
 
 from __future__ import annotations
 
-from npu_console.engine.runtime import cpu_linear
+from .. import cpu_linear
 
 
 def layer_linears(layer) -> list:

@@ -6,8 +6,9 @@ step (its kernel reads separate q/k/v and gate/up weights)."""
 from __future__ import annotations
 
 import torch
-from npu_console.engine.runtime import cpu_linear
-from npu_console.engine.runtime.families.base import DecoderFamily
+
+from .. import cpu_linear
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Phi3ForCausalLM",)
 

@@ -1,7 +1,7 @@
 """Qwen2 / Qwen2.5 (and DeepSeek-R1-Distill-Qwen): Llama with biases on q/k/v. The biases live in
 the projection modules, so the base decoder computes them; the native step reads them too."""
 
-from npu_console.engine.runtime.families.base import DecoderFamily
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Qwen2ForCausalLM",)
 

@@ -1,8 +1,8 @@
 """Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention (q/k/v bias) with a sparse MLP of
 top-k routed experts plus a shared expert behind a sigmoid gate (the model's own block)."""
 
-from npu_console.engine.runtime.families import moe
-from npu_console.engine.runtime.families.base import DecoderFamily
+from . import moe
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Qwen2MoeForCausalLM",)
 

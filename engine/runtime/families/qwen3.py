@@ -1,7 +1,7 @@
 """Qwen3: Llama with an RMSNorm on each query and key head before rotary (q_norm / k_norm,
 which the base decoder applies when the attention module has them)."""
 
-from npu_console.engine.runtime.families.base import DecoderFamily
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Qwen3ForCausalLM",)
 

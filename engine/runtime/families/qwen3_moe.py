@@ -1,8 +1,8 @@
 """Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): Qwen3's attention (q/k norm) with a sparse MLP of top-k
 routed experts, no shared expert (the model's own block)."""
 
-from npu_console.engine.runtime.families import moe
-from npu_console.engine.runtime.families.base import DecoderFamily
+from . import moe
+from .base import DecoderFamily
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM",)
 
