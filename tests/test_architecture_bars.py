@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.imports import resolve_relative
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "console")
 MAX_LINES = 500
@@ -35,13 +37,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str | None:
     """The absolute module a `from ... import` in `module` names (relative ones resolved as
     Python does: `..` from npu_console.console.pages.chat is npu_console.console)."""
-    if not node.level:
-        return node.module
-    package = module.split(".") if is_package else module.split(".")[:-1]
-    if node.level > len(package):
-        return None
-    base = package[:len(package) - node.level + 1]
-    return ".".join([*base, node.module] if node.module else base)
+    return resolve_relative(node, module.split(".") if is_package else module.split(".")[:-1])
 
 
 def _imports(path: Path, known: dict[str, Path], module: str | None = None) -> set[str]:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.imports import resolve_relative
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "engine"
 QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
@@ -16,14 +18,9 @@ CONSOLE = "npu_console.console"
 def resolve_from(node: ast.ImportFrom, path: Path, root: Path = ROOT) -> str | None:
     """The absolute module a `from ... import` names, a relative one resolved against the file's
     place in the checkout (engine/x.py is npu_console.engine.x); None past the top."""
-    if not node.level:
-        return node.module
     rel = path.resolve().relative_to(root.resolve()).with_suffix("").parts
-    package = ["npu_console", *rel[:-1]]  # an __init__.py's package is its folder, as a module's
-    if node.level > len(package):
-        return None
-    base = package[:len(package) - node.level + 1]
-    return ".".join([*base, node.module] if node.module else base)
+    # an __init__.py's package is its folder, as a module's is
+    return resolve_relative(node, ["npu_console", *rel[:-1]])
 
 
 def _engine_offenders(root: Path) -> list[str]:
