@@ -45,23 +45,6 @@ if "NPU_CONSOLE_CACHE" not in os.environ:
             (_cache / "kernels" / _so.name).chmod(0o700)
 
 
-# The default lane runs on two xdist workers that take whole files (--dist loadfile) in collection
-# order, so a slow file collected late leaves one worker running it alone at the end (the AMD
-# EPYC run of 2026-12-02 spent its last 2 minutes so). The slowest files, by their summed test
-# times in a --durations run of the default lane, go first; the rest keep their order.
-SLOW_FILES_FIRST = (
-    "test_gguf", "test_console_models", "test_console_app", "test_api_admin", "test_layering",
-    "test_console_signals", "test_quant_native", "test_native_groups", "test_gguf_families",
-    "test_gguf_int8", "test_bundle_aarch64", "test_fleet", "test_reasoning_engine",
-    "test_api_server", "test_security_limits", "test_secrets_and_files",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a file stays whole
-
-
 def pytest_sessionfinish(session):
     built = Path(os.environ["NPU_CONSOLE_CACHE"]) / "kernels"
     if built.is_dir() and not hasattr(session.config, "workerinput"):  # xdist: the controller
