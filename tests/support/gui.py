@@ -39,12 +39,18 @@ def console_window(qapp, home: Path, page: str, models: tuple[tuple[Path, str], 
 def fresh_chat(window, qtbot, model: str, preset: str, max_tokens: int, wait_ms: int = 90_000):
     """The chat page idle, in a new single-pane conversation with `model`, `preset` and
     `max_tokens`."""
+    from npu_console.console.testing import model_names
+
     page = window.page("chat")
     qtbot.waitUntil(lambda: not page.busy(), timeout=wait_ms)
     if page.ab_check.isChecked():
         page.ab_check.setChecked(False)
     page.new_chat()
+    # the engine lists its models before its queued models_changed reaches the page's boxes
+    qtbot.waitUntil(lambda: all(page.model_a.findText(n) >= 0 for n in model_names(window))
+                    and page.model_a.findText(model) >= 0, timeout=wait_ms)
     page.model_a.setCurrentText(model)
+    assert page.model_a.currentText() == model
     page.sampling.apply_preset(preset)
     page.sampling.max_tokens.setValue(max_tokens)
     return page
