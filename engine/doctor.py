@@ -195,14 +195,9 @@ def check_gguf_cache() -> Check:
     """The GGUF conversion cache: its size against the limit that eviction keeps, and whether
     it is private to this user (it holds weights that get loaded)."""
     from .models import gguf
-    from .models.gguf_convert import (
-        CACHE_ENV,
-        cache_entries,
-        cache_limit_bytes,
-        cache_problem,
-    )
+    from .models.gguf_convert import CACHE_ENV, cache_entries, cache_limit_bytes
 
-    problem = cache_problem()
+    problem = gguf.cache_problem()
     if problem:
         return Check("gguf cache", "fail", f"refused: {problem}",
                      f"remove or chown {gguf.cache_root()} (it must be yours, mode 0700)")

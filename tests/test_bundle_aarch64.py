@@ -22,6 +22,9 @@ from support.offline import offline_env, offline_prefix
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "packaging" / "bundle.py"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# bundles are the dist lane's (`make test-dist`): each build here resolves a whole server's
+# wheels through pip, about 80 s of the default lane on 2 cores
+pytestmark = pytest.mark.dist
 
 
 def bundle(folder: Path, out: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -4,6 +4,7 @@ engine serving the reasoning demo model (and the demo model, which does not reas
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -40,7 +41,28 @@ def _send(qtbot, page, text=QUESTION):
     return ids
 
 
-def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, qtbot, tmp_path):
+class _Paced:
+    """The engine's stream, one event per 10 ms: the reply then spans several of the bridge's
+    40 ms flushes however fast this machine decodes (on a quiet one the whole thought arrived
+    in one flush)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __iter__(self):
+        for event in self.handle:
+            time.sleep(0.01)
+            yield event
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
+def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, qtbot, tmp_path,
+                                                                 monkeypatch):
+    engine = window.ctx.bridge.engine
+    monkeypatch.setattr(engine, "submit", lambda request, _submit=engine.submit:
+                        _Paced(_submit(request)))
     seen = []  # the bubble as each reasoning flush left it (the page's slot runs first)
 
     def watch(rid, text, n):

@@ -167,7 +167,7 @@ def test_the_conversion_cache_must_be_private(tiny_gguf, monkeypatch, tmp_path):
     root = gguf.cache_root()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o777)
-    assert conv.cache_problem() is None and (root.stat().st_mode & 0o777) == 0o700
+    assert gguf.cache_problem() is None and (root.stat().st_mode & 0o777) == 0o700
     # a finished entry that others can write is not loaded
     entry = gguf.entry_dir(tiny_gguf)
     entry.mkdir(parents=True)
@@ -177,7 +177,7 @@ def test_the_conversion_cache_must_be_private(tiny_gguf, monkeypatch, tmp_path):
     if os.getuid() == 0:  # only root can hand the folder to another user here
         os.chown(root, 12345, 12345)
         try:
-            assert "another user" in (conv.cache_problem() or "")
+            assert "another user" in (gguf.cache_problem() or "")
             with pytest.raises(conv.ConvertError, match="cache is refused"):
                 conv.ensure_converted(tiny_gguf)
         finally:

@@ -77,6 +77,36 @@ def tokenizer_dir(path: Path) -> Path:
     return cache_root() / f"{path.stem}-{cache_key(path)}.tokenizer"
 
 
+def cache_problem() -> str | None:
+    """Why the conversion cache must not be used: it holds folders whose weights get loaded,
+    so, like the kernel cache, it must belong to this user and be private (0700)."""
+    from ..kernels.trust import private_dir
+
+    return private_dir(cache_root())
+
+
+def entry_untrusted(entry: Path) -> str | None:
+    """Why one cache entry must not be read (another user's, or writable by others), or None."""
+    import stat
+
+    st = os.lstat(entry)
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "writable by group or others"
+    return None
+
+
+def kept_tokenizer(path: Path) -> Path | None:
+    """This GGUF's tokenizer folder as an earlier load built and kept it, if it may be read."""
+    own = tokenizer_dir(path)
+    if (own / TOKENIZER_DONE).is_file() and not cache_problem() and not entry_untrusted(own):
+        return own
+    return None
+
+
 def _causal_lm_class(model_type: str) -> str | None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 

@@ -101,27 +101,6 @@ def _limit_child(limit: int) -> Callable[[], None]:
     return apply
 
 
-def cache_problem() -> str | None:
-    """Why the conversion cache must not be used: it holds folders whose weights get loaded,
-    so, like the kernel cache, it must belong to this user and be private (0700)."""
-    from ..kernels.trust import private_dir
-
-    return private_dir(gguf.cache_root())
-
-
-def _entry_untrusted(entry: Path) -> str | None:
-    import stat
-
-    st = os.lstat(entry)
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder"
-    if st.st_uid != os.getuid():
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return "writable by group or others"
-    return None
-
-
 def cache_entries() -> list[tuple[Path, int, float]]:
     """(folder, bytes, last used) of each finished conversion."""
     out = []
@@ -194,9 +173,8 @@ def convert(src: Path, dst: Path, emit: Callable[[float, str], None]) -> None:
     transformers.utils.logging.disable_progress_bar()
     header = gguf.read_header(src)
     emit(0.02, "reading the tokenizer")
-    own = gguf.tokenizer_dir(src)  # an INT8 load built it already: read, not rebuilt
-    tokenizer = (AutoTokenizer.from_pretrained(str(own)) if (own / gguf.TOKENIZER_DONE).is_file()
-                 and not _entry_untrusted(own) else
+    own = gguf.kept_tokenizer(src)  # an INT8 load built it already: read, not rebuilt
+    tokenizer = (AutoTokenizer.from_pretrained(str(own)) if own is not None else
                  AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name))
     _hook_progress(emit)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
@@ -254,7 +232,7 @@ def converted_folder(path: Path) -> Path | None:
     """The finished cache entry of this GGUF, or None (also for one this user does not own
     alone: it is converted again)."""
     entry = gguf.entry_dir(path)
-    if not (entry / DONE).is_file() or cache_problem() or _entry_untrusted(entry):
+    if not (entry / DONE).is_file() or gguf.cache_problem() or gguf.entry_untrusted(entry):
         return None
     with contextlib.suppress(OSError):
         os.utime(entry / DONE)  # last used: what eviction goes by
@@ -267,7 +245,7 @@ def ensure_converted(path: Path, progress: ProgressFn | None = None,
     done = converted_folder(path)
     if done is not None:
         return done
-    problem = cache_problem()
+    problem = gguf.cache_problem()
     if problem:
         raise ConvertError(f"{path}: the GGUF conversion cache is refused: {problem}")
     final = gguf.entry_dir(path)

@@ -15,38 +15,23 @@ from typing import Any
 
 from . import gguf
 
-DONE = gguf.TOKENIZER_DONE
-cache_dir = gguf.tokenizer_dir
-
 
 def cached_copy(path: Path) -> Path | None:
     """A folder holding this GGUF's built tokenizer, if one is trusted: the float conversion's
     entry or the tokenizer's own."""
-    from .gguf_convert import (
-        _entry_untrusted,
-        cache_problem,
-        converted_folder,
-    )
+    from .gguf_convert import converted_folder
 
-    done = converted_folder(path)
-    if done is not None:
-        return done
-    own = cache_dir(path)
-    if (own / DONE).is_file() and not cache_problem() and not _entry_untrusted(own):
-        return own
-    return None
+    return converted_folder(path) or gguf.kept_tokenizer(path)
 
 
 def _save(tokenizer: Any, path: Path) -> None:
-    from .gguf_convert import cache_problem
-
-    if cache_problem():  # a cache this user does not own alone: build each time, keep nothing
+    if gguf.cache_problem():  # a cache this user does not own alone: build each time, keep nothing
         return
-    final = cache_dir(path)
+    final = gguf.tokenizer_dir(path)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tokenizer.save_pretrained(str(tmp))
-        (tmp / DONE).write_text(str(path), encoding="utf-8")
+        (tmp / gguf.TOKENIZER_DONE).write_text(str(path), encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)  # an untrusted or half-made one
         with contextlib.suppress(OSError):  # another process made it meanwhile: theirs stands
             os.rename(tmp, final)

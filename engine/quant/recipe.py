@@ -35,7 +35,13 @@ class Recipe:
     consumers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # input key -> layers
     _prepared: dict = field(default_factory=dict, repr=False)  # the last input's factor
     producer_of: dict[str, str] = field(default_factory=dict)
-    damp: float = 0.01  # GPTQ damping, a fraction of the Gram matrix's mean diagonal
+    damp: float | None = None  # GPTQ damping (engine.quant.gptq.damping): None, the method's
+
+    def __post_init__(self) -> None:
+        if self.damp is None:
+            from .gptq import damping
+
+            self.damp = damping(self.method)
 
     def rounded_weight(self, name: str, weight: Any, factors: dict) -> Any:
         """(int8, scales) by engine.quant.gptq for a layer whose input Gram matrix was
