@@ -94,7 +94,7 @@ serve: $(STAMP)
 	$(BIN)/npu-console serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check npu_console engine console tests
+	$(BIN)/ruff check npu_console engine console cli tests
 
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python packaging/screenshots.py docs/screenshots

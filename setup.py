@@ -6,7 +6,7 @@ declarative `packages.find` cannot put a prefix in front of the folders it finds
 
 from setuptools import find_namespace_packages, setup
 
-FOLDERS = ("engine", "console", "assets")
+FOLDERS = ("engine", "console", "cli", "assets")
 packages = ["npu_console"]
 package_dir = {"npu_console": "npu_console"}
 for top in FOLDERS:

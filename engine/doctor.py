@@ -284,7 +284,7 @@ def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: in
 def check_gui_extra() -> Check:
     """Whether the `gui` extra (PySide6, pyqtgraph, qasync) is installed; a headless install
     without it is normal (serve, generate, smi, quantize, eval and bench need no Qt)."""
-    from .cli.gui_cmd import GUI_MODULES, missing_gui_modules
+    from .gui_libs import GUI_MODULES, missing_gui_modules
 
     missing = missing_gui_modules()
     if missing:
@@ -313,7 +313,7 @@ def check_display() -> Check:
 def check_xcb_libraries(os_release: str = "/etc/os-release") -> Check:
     """The system libraries Qt's xcb plugin needs (a missing one aborts `gui` on an X
     display), with the distribution's install line."""
-    from .cli import gui_libs
+    from . import gui_libs
 
     missing = gui_libs.missing_xcb_libraries()
     if missing is None:

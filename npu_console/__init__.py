@@ -1,9 +1,9 @@
 """NPU Console: one import namespace for the whole application.
 
-The repository keeps the design card's folders at its top (engine/, console/, assets/); the wheel
-installs them as npu_console.engine, npu_console.console and npu_console.assets (setup.py maps
-them), so nothing in site-packages carries a generic top-level name that another distribution
-could also use.
+The repository keeps the design card's folders at its top (engine/, console/, cli/, assets/); the
+wheel installs them as npu_console.engine, npu_console.console, npu_console.cli and
+npu_console.assets (setup.py maps them), so nothing in site-packages carries a generic top-level
+name that another distribution could also use.
 """
 
 import os as _os

@@ -34,7 +34,7 @@ LOCAL_CAPTURE = "310p3-duo_info_1.txt"
 
 def _serve(capture: Path, key: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--host", "127.0.0.1",
+        [sys.executable, "-m", "npu_console.cli.main", "serve", "--host", "127.0.0.1",
          "--port", "0", "--threads", "1", "--log-level", "warning", "--api-key", key,
          "--telemetry-input", str(capture), "--telemetry-interval", "1"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

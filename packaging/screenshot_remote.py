@@ -34,7 +34,7 @@ def start_server(log: Path) -> tuple[subprocess.Popen, str, str]:
     model, name = (SMOLLM2, "smollm2") if SMOLLM2.exists() else (DEMO_MODEL_DIR, "demo")
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--model", str(model),
+            [sys.executable, "-m", "npu_console.cli.main", "serve", "--model", str(model),
              "--name", name, "--port", "0", "--api-key", KEY, "--log-level", "warning",
              # one torch thread: beside the window's own engine on a small shared machine, a
              # second OpenMP thread mostly spins waiting for a core (decode ran ~10x slower)

@@ -34,7 +34,7 @@ def start_admin_server(base: Path) -> tuple[subprocess.Popen, str]:
     log = base / "serve.log"
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--model",
+            [sys.executable, "-m", "npu_console.cli.main", "serve", "--model",
              str(models / "demo"), "--name", "base", "--port", "0", "--api-key", KEY,
              "--allow-admin", "--model-root", str(models), "--output-root",
              str(base / "quantized"), "--log-level", "warning", "--threads", "1",

@@ -282,7 +282,7 @@ def test_remote_cli_lists_and_reports_refusals(server):
 
 def test_serve_checks_the_admin_flags_before_loading(tmp_path):
     def serve(*args):
-        return subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "serve",
+        return subprocess.run([sys.executable, "-m", "npu_console.cli.main", "serve",
                                "--port", "0", *args], capture_output=True, text=True,
                               timeout=120, check=False)
 

@@ -160,7 +160,7 @@ def _wait_idle(engine, timeout: float = 10.0) -> bool:
 
 def _serve(*args: str, env=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "serve", *args],
+        [sys.executable, "-m", "npu_console.cli.main", "serve", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})})
 

@@ -31,7 +31,7 @@ def open_fds(pid: int) -> int:
 @pytest.fixture
 def server(demo_model_dir):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--model", str(demo_model_dir),
+        [sys.executable, "-m", "npu_console.cli.main", "serve", "--model", str(demo_model_dir),
          "--port", "0", "--threads", "1", "--log-level", "warning",
          "--header-timeout", str(HEADER_TIMEOUT_S)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

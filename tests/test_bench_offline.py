@@ -66,7 +66,7 @@ def test_cancel_stops_between_batches(stories_dir):
 
 @pytest.mark.slow
 def test_cli_offline_json_and_files(stories_dir, tmp_path, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     rc = main(["bench", "offline", "--model", str(stories_dir), "--device", "cpu",
                "--batch-sizes", "2,1", "--input-len", "8", "--output-len", "4",
@@ -86,7 +86,7 @@ def test_cli_offline_json_and_files(stories_dir, tmp_path, capsys):
     (["--model", "/no/such/folder"], "no such folder"),
 ])
 def test_cli_offline_errors(stories_dir, capsys, argv, message):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     rc = main(["bench", "offline", "--model", str(stories_dir), "--device", "cpu"] + argv)
     err = capsys.readouterr().err

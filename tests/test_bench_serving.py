@@ -118,7 +118,7 @@ def test_chat_endpoint_with_a_jsonl_dataset(server, tmp_path):
 
 
 def test_cli_bench_serve_writes_json_and_csv(server, tmp_path, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     url, _ = server
     rc = main(["bench", "serve", "--base-url", url + "/v1", "--model", "stories",
@@ -146,7 +146,7 @@ def test_cli_bench_serve_writes_json_and_csv(server, tmp_path, capsys):
     (["--base-url", "localhost:8000"], "must start with http"),
 ])
 def test_cli_errors_are_one_line(server, capsys, argv, message):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     url, _ = server
     base = ["bench", "serve", "--base-url", url, "--num-prompts", "2", "--concurrency", "1"]
@@ -165,7 +165,7 @@ def test_ctrl_c_stops_the_cli_and_still_writes_results(server, tmp_path):
     url, _ = server
     prefix = tmp_path / "interrupted"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "bench", "serve", "--base-url", url,
+        [sys.executable, "-m", "npu_console.cli.main", "bench", "serve", "--base-url", url,
          "--num-prompts", "200", "--concurrency", "1", "--input-len", "8", "--output-len", "10",
          "--out", str(prefix)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

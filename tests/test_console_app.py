@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gui
 
 
 def test_gui_without_display_explains_and_exits_2(monkeypatch, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     for var in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
         monkeypatch.delenv(var, raising=False)
@@ -25,7 +25,7 @@ def test_gui_without_display_explains_and_exits_2(monkeypatch, capsys):
 
 
 def test_gui_rejects_missing_replay_file(capsys, tmp_path):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     assert main(["gui", "--replay", str(tmp_path / "none.txt")]) == 2
     assert "replay capture not found" in capsys.readouterr().err

@@ -78,8 +78,8 @@ def test_server_service_owns_key_limit_and_refusals():
 def test_advanced_options_reach_the_server_as_serve_passes_them():
     """The Server page's Advanced group and `serve`'s command line give the API the same
     settings: the same defaults, the same parsing of the host list."""
-    from npu_console.engine.cli.main import build_parser
-    from npu_console.engine.cli.serve_cmd import _hardening
+    from npu_console.cli.main import build_parser
+    from npu_console.cli.serve_cmd import _hardening
 
     def serve(*flags):
         return _hardening(build_parser().parse_args(["serve", "--model", "m", *flags]))

@@ -62,7 +62,7 @@ def servers(demo_model_dir, tmp_path_factory):
     args = ("serve", "--model", str(demo_model_dir), "--name", "demo", "--port", "0",
             "--api-key", KEY, "--threads", "1", "--log-level", "warning", "--grace", "1",
             "--telemetry-source", "off")
-    procs = {"stable": _start_serve(logs / "stable.log", "-m", "npu_console.engine.cli.main",
+    procs = {"stable": _start_serve(logs / "stable.log", "-m", "npu_console.cli.main",
                                     *args),
              "slow": _start_serve(logs / "slow.log", str(ROOT / "tests/fakes/serve_slowed.py"),
                                   *args)}

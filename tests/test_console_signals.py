@@ -76,7 +76,7 @@ def test_sigterm_drains_the_api_server_and_stops_its_streams(tmp_path, demo_mode
     (tmp_path / "console.ini").write_text(
         f"[server]\nautostart=true\nport={port}\nlan=false\nmax_queue=64\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "gui", "--model", str(demo_model_dir)],
+        [sys.executable, "-m", "npu_console.cli.main", "gui", "--model", str(demo_model_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=gui_env(tmp_path))
     url = f"http://127.0.0.1:{port}"
     try:

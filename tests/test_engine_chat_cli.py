@@ -15,7 +15,7 @@ import pytest
 # script, as CI jobs often are) has SIGINT ignored, the child would inherit that, and Python then
 # never raises KeyboardInterrupt: the child puts Python's own handler back before it starts
 _WITH_TERMINAL_SIGINT = ("import runpy, signal; signal.signal(signal.SIGINT, "
-                         "signal.default_int_handler); runpy.run_module('npu_console.engine.cli.main', "
+                         "signal.default_int_handler); runpy.run_module('npu_console.cli.main', "
                          "run_name='__main__')")
 
 
@@ -83,7 +83,7 @@ def test_ctrl_c_stops_the_reply_not_the_program(stories_dir):
 
 def test_bad_model_folder_is_one_line(tmp_path, capsys):
     # in process (the Ctrl-C test above is the process-level smoke test of `chat`)
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     assert main(["chat", "--model", str(tmp_path / "none"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
@@ -94,8 +94,8 @@ def test_without_the_demo_model_chat_says_so_and_reaches_for_no_other(monkeypatc
                                                                       capsys):
     """The default --model is the built-in demo model; an install that lacks it gets a one-line
     error, never a model from outside the product's files (../shared was one once)."""
+    from npu_console.cli.main import main
     from npu_console.engine import paths
-    from npu_console.engine.cli.main import main
 
     monkeypatch.setattr(paths, "DEMO_MODEL_DIR", tmp_path / "no-demo")
     assert main(["chat", "--device", "cpu"]) == 2

@@ -139,7 +139,7 @@ def test_serve_the_gguf_and_the_openai_client_gets_paris(smollm_gguf):
 
     import openai
 
-    proc = subprocess.Popen([sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "npu_console.cli.main", "serve", "--model",
                              str(smollm_gguf), "--port", "0", "--threads", "2", "--log-level",
                              "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT)

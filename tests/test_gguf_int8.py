@@ -138,7 +138,7 @@ def test_refusals_are_one_line_with_the_numbers(tmp_path, stories_dir):
 
 
 def test_doctor_shows_the_plan_in_both_forms(tmp_path, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     path = write_model_gguf(tiny("llama").model, tmp_path / "m.gguf", "Q8_0")
     main(["doctor", "--model", str(path)])
@@ -149,7 +149,7 @@ def test_doctor_shows_the_plan_in_both_forms(tmp_path, capsys):
 
 @pytest.mark.slow  # SmolLM2-135M (../shared, Q4_1) rounded to int8 on load: ~30 s on 2 cores
 def test_generate_loads_the_real_gguf_as_int8_and_says_paris(smollm2_gguf, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     assert main(["generate", "--model", str(smollm2_gguf), "--load-as", "int8", "--prompt",
                  "The capital of France is", "--max-tokens", "8", "--temperature", "0"]) == 0

@@ -1,5 +1,5 @@
 """First run on a server: the system libraries Qt's xcb plugin needs are found before Qt aborts,
-with the distribution's one-line install command (engine/cli/gui_libs.py)."""
+with the distribution's one-line install command (engine/gui_libs.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from npu_console.engine.cli import gui_libs
+from npu_console.engine import gui_libs
 
 DATA = Path(__file__).parent / "data"
 OS_RELEASE = DATA / "os_release"
@@ -109,7 +109,7 @@ def test_gui_on_an_x_display_says_what_to_install_or_goes_on(monkeypatch, capsys
     libraries), it stops with exit 2 and the install line before Qt aborts; when none is, the
     check lets it through."""
     pytest.importorskip("PySide6")
-    from npu_console.engine.cli.gui_cmd import xcb_libraries_missing
+    from npu_console.cli.gui_cmd import xcb_libraries_missing
 
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.setenv("DISPLAY", ":77")
@@ -117,7 +117,7 @@ def test_gui_on_an_x_display_says_what_to_install_or_goes_on(monkeypatch, capsys
     if not missing:
         assert xcb_libraries_missing() is False
         return
-    res = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "gui"],
+    res = subprocess.run([sys.executable, "-m", "npu_console.cli.main", "gui"],
                          check=False, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "DISPLAY": ":77", "QT_QPA_PLATFORM": ""})
     assert res.returncode == 2, res.stderr

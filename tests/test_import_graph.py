@@ -1,9 +1,9 @@
-"""The import graph of engine/ and console/ reads from the source tree alone (issue 37).
+"""The import graph of engine/, console/ and cli/ reads from the source tree alone (issue 37).
 
 Inside the package, imports are relative (`from ..runtime.types import X`), so an IDE without
 the install, pydeps/grimp or a plain AST reader follows them from the files' places: engine/x.py
-is npu_console.engine.x, console/pages/chat.py npu_console.console.pages.chat, and `...` from
-console/pages/ is the checkout's root, i.e. npu_console. Nothing here imports npu_console: one
+is npu_console.engine.x, console/pages/chat.py npu_console.console.pages.chat, cli/main.py
+npu_console.cli.main, and `...` from console/pages/ is the checkout's root, i.e. npu_console. Nothing here imports npu_console: one
 test builds the graph in a bare `python -I -S`, where it cannot be imported at all.
 
 Only the standard library at module level: that test runs this file with runpy.
@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engine", "console", "assets")
+PACKAGES = ("engine", "console", "cli", "assets")
+# the folders that hold code (assets/ holds data and the package marker only)
+CODE = ("engine", "console", "cli")
 
 
 def module_file(root: Path, module: str) -> Path | None:
-    """The file a module name stands for in the checkout (npu_console.X is ./X for the three
+    """The file a module name stands for in the checkout (npu_console.X is ./X for the
     top-level folders, as setup.py maps them); None when there is none."""
     parts = module.split(".")
     if parts[0] != "npu_console":
@@ -42,11 +44,14 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def import_graph(root: Path = ROOT) -> tuple[dict[str, set[str]], list[str]]:
-    """{module: the project modules it imports} over engine/ and console/ (every import in the
-    file, functions and TYPE_CHECKING blocks too), plus the relative imports that name no file."""
+    """{module: the project modules it imports} over engine/, console/ and cli/ (every import in
+    the file, functions and TYPE_CHECKING blocks too), plus the relative imports that name no
+    file."""
     graph: dict[str, set[str]] = {}
     dangling: list[str] = []
-    for top in ("engine", "console"):
+    for top in CODE:
+        if not (root / top).is_dir():
+            continue  # a test's small tree may leave a folder out
         for path in sorted((root / top).rglob("*.py")):
             name = module_name(root, path)
             package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
@@ -89,9 +94,12 @@ EXPECTED_EDGES = [
     ("npu_console.console.theme", "npu_console.engine.paths"),
     ("npu_console.engine.runtime.native_decode", "npu_console.engine.kernels.int8_linear"),
     ("npu_console.engine.runtime.native_decode", "npu_console.engine.kernels.native"),
-    ("npu_console.engine.cli.main", "npu_console.engine.cli.errors"),
-    ("npu_console.engine.cli.main", "npu_console.engine"),
-    ("npu_console.engine.cli.gui_cmd", "npu_console.console.app"),
+    ("npu_console.cli.main", "npu_console.cli.errors"),
+    ("npu_console.cli.main", "npu_console.engine"),
+    ("npu_console.cli.common", "npu_console.engine.paths"),
+    ("npu_console.cli.gui_cmd", "npu_console.console.app"),
+    ("npu_console.cli.gui_cmd", "npu_console.engine.gui_libs"),
+    ("npu_console.engine.doctor", "npu_console.engine.gui_libs"),
     ("npu_console.engine.paths", "npu_console.assets"),
 ]
 
@@ -108,22 +116,39 @@ def test_every_relative_import_names_a_file_in_the_checkout():
     assert not dangling, dangling
 
 
-def test_the_engine_reaches_the_console_only_through_the_gui_command():
-    """test_layering.py: nothing under engine/ imports the console but engine/cli/gui_cmd.py,
-    the command that launches it."""
+def _reaching(graph: dict[str, set[str]], source: str, *targets: str) -> dict[str, list[str]]:
+    """{module under `source`: what it imports under any of `targets`}, the modules that import
+    none left out."""
+    hits = {m: sorted(t for t in deps if any(t == p or t.startswith(p + ".") for p in targets))
+            for m, deps in graph.items() if m == source or m.startswith(source + ".")}
+    return {m: v for m, v in hits.items() if v}
+
+
+def test_the_engine_imports_neither_the_console_nor_the_cli():
+    """test_layering.py checks the same from the engine's side: engine/ is the headless bottom
+    layer, so nothing in it reaches up into the view or the entry point."""
     graph, _ = import_graph()
-    bad = {m: sorted(t for t in targets if t.startswith("npu_console.console"))
-           for m, targets in graph.items() if m.startswith("npu_console.engine")}
-    assert {m: v for m, v in bad.items() if v} == {
-        "npu_console.engine.cli.gui_cmd": ["npu_console.console.app",
-                                           "npu_console.console.screenshots"]}
+    assert _reaching(graph, "npu_console.engine", "npu_console.console", "npu_console.cli") == {}
+
+
+def test_the_console_does_not_import_the_cli():
+    graph, _ = import_graph()
+    assert _reaching(graph, "npu_console.console", "npu_console.cli") == {}
+
+
+def test_the_cli_reaches_the_console_only_through_the_gui_command():
+    """Every other command runs without the GUI extra (test_layering.py); `gui` launches the
+    console, so it alone imports it (inside run())."""
+    graph, _ = import_graph()
+    assert _reaching(graph, "npu_console.cli", "npu_console.console") == {
+        "npu_console.cli.gui_cmd": ["npu_console.console.app", "npu_console.console.screenshots"]}
 
 
 def test_no_import_in_the_package_goes_through_the_installed_name():
     """`from npu_console.engine.x import y` resolves only through npu_console/__init__.py's
     __path__; strings naming modules (import_module, `-m`, docstrings) are left as they are."""
     hits = []
-    for top in ("engine", "console"):
+    for top in CODE:
         for path in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
@@ -143,10 +168,17 @@ def test_the_reader_catches_a_wrong_relative_import(tmp_path):
     (tmp_path / "console" / "b.py").write_text("from .engine.runtime.types import X\n")
     (tmp_path / "engine" / "runtime" / "c.py").write_text(
         "def f():\n    from ...console import a\n")
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "__init__.py").write_text("")
+    # one dot too many: the form a module moved up out of engine/ keeps by mistake
+    (tmp_path / "cli" / "d.py").write_text(
+        "from ..engine.runtime.types import X\nfrom ...console import a\n")
     graph, dangling = import_graph(tmp_path)
     assert graph["npu_console.console.a"] == {"npu_console.engine.runtime.types"}
     assert graph["npu_console.engine.runtime.c"] == {"npu_console.console.a"}
-    assert dangling == ["npu_console.console.b:1: npu_console.console.engine.runtime.types"]
+    assert graph["npu_console.cli.d"] == {"npu_console.engine.runtime.types"}
+    assert dangling == ["npu_console.console.b:1: npu_console.console.engine.runtime.types",
+                        "npu_console.cli.d:2: past the top"]
 
 
 def test_the_graph_builds_without_npu_console_importable():

@@ -1,4 +1,6 @@
-"""The design rule that keeps the engine headless: nothing under engine/ imports Qt."""
+"""The design rules that keep the engine headless: nothing under engine/ imports Qt, the console
+or the CLI (cli/, the entry point, sits above both and may import them); the console does not
+import the CLI either."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "engine"
 QT_MODULES = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "qasync")
 CONSOLE = "npu_console.console"
+CLI = "npu_console.cli"
 
 
 def resolve_from(node: ast.ImportFrom, path: Path, root: Path = ROOT) -> str | None:
@@ -23,26 +26,42 @@ def resolve_from(node: ast.ImportFrom, path: Path, root: Path = ROOT) -> str | N
     return resolve_relative(node, ["npu_console", *rel[:-1]])
 
 
+def _imported_names(path: Path, root: Path) -> list[str]:
+    """Every module a file imports, anywhere in it, relative ones resolved; `from .. import
+    console` also yields the package it names as an imported name."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (module := resolve_from(node, path, root)):
+            names += [module, *(f"{module}.{a.name}" for a in node.names)]
+    return names
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
 def _engine_offenders(root: Path) -> list[str]:
     offenders = []
     for path in root.rglob("*.py"):
-        if path.name == "gui_cmd.py":
-            continue  # the one CLI entry that launches the console, importing it lazily
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (module := resolve_from(node, path, root.parent)):
-                # `from .. import console` names the console package as an imported name
-                names = [module, *(f"{module}.{a.name}" for a in node.names)]
-            offenders += [f"{path.relative_to(root.parent)}: {n}" for n in names
-                          if n.split(".")[0] in QT_MODULES or n == CONSOLE
-                          or n.startswith(CONSOLE + ".")]
+        offenders += [f"{path.relative_to(root.parent)}: {n}"
+                      for n in _imported_names(path, root.parent)
+                      if n.split(".")[0] in QT_MODULES or _under(n, CONSOLE) or _under(n, CLI)]
     return offenders
 
 
-def test_no_engine_module_imports_qt_or_the_console():
+def _console_offenders(root: Path) -> list[str]:
+    return [f"{path.relative_to(root.parent)}: {n}" for path in root.rglob("*.py")
+            for n in _imported_names(path, root.parent) if _under(n, CLI)]
+
+
+def test_no_engine_module_imports_qt_the_console_or_the_cli():
     assert not _engine_offenders(ENGINE)
+
+
+def test_no_console_module_imports_the_cli():
+    assert not _console_offenders(ROOT / "console")
 
 
 def test_the_engine_bar_sees_a_relative_import_of_the_console(tmp_path):
@@ -52,15 +71,28 @@ def test_the_engine_bar_sees_a_relative_import_of_the_console(tmp_path):
         "def f():\n    from ...console.app import run\n")
     (tmp_path / "engine" / "y.py").write_text("from .. import console\n")
     (tmp_path / "engine" / "z.py").write_text("from .runtime.types import EngineError\n")
+    (tmp_path / "engine" / "w.py").write_text("def f():\n    from ..cli.gui_cmd import run\n")
     assert sorted(_engine_offenders(tmp_path / "engine")) == [
         "engine/api/x.py: npu_console.console.app", "engine/api/x.py: npu_console.console.app.run",
+        "engine/w.py: npu_console.cli.gui_cmd", "engine/w.py: npu_console.cli.gui_cmd.run",
         "engine/y.py: npu_console.console"]
+
+
+def test_the_console_bar_sees_a_relative_import_of_the_cli(tmp_path):
+    (tmp_path / "console" / "pages").mkdir(parents=True)
+    (tmp_path / "console" / "pages" / "p.py").write_text(
+        "from ...cli.common import add_model_args\nfrom ...engine.paths import DEMO_MODEL_DIR\n")
+    (tmp_path / "console" / "q.py").write_text("from .. import cli\n")
+    assert sorted(_console_offenders(tmp_path / "console")) == [
+        "console/pages/p.py: npu_console.cli.common",
+        "console/pages/p.py: npu_console.cli.common.add_model_args",
+        "console/q.py: npu_console.cli"]
 
 
 def test_importing_the_engine_api_and_cli_loads_no_qt():
     code = ("import sys, npu_console.engine.api.app, npu_console.engine.runtime.engine,"
-            " npu_console.engine.telemetry, npu_console.engine.cli.main;"
-            "npu_console.engine.cli.main.build_parser();"
+            " npu_console.engine.telemetry, npu_console.cli.main;"
+            "npu_console.cli.main.build_parser();"
             f"bad=[m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}"
             f" or m.startswith('{CONSOLE}')];"
             "print(bad); sys.exit(1 if bad else 0)")
@@ -89,11 +121,13 @@ def _headless(code: str) -> subprocess.CompletedProcess:
 
 
 def test_every_engine_module_imports_without_the_gui_extra():
-    """Nothing under engine/ needs Qt at import time, not just the entry points: every module
-    imports while PySide6 / pyqtgraph / qasync are absent."""
-    code = ("import importlib, pkgutil, npu_console.engine as engine\n"
+    """Nothing under engine/ or cli/ needs Qt at import time, not just the entry points: every
+    module imports while PySide6 / pyqtgraph / qasync are absent."""
+    code = ("import importlib, pkgutil, npu_console.engine as engine, npu_console.cli as cli\n"
             "bad = []\n"
-            "for m in pkgutil.walk_packages(engine.__path__, 'npu_console.engine.'):\n"
+            "mods = [*pkgutil.walk_packages(engine.__path__, 'npu_console.engine.'),\n"
+            "        *pkgutil.walk_packages(cli.__path__, 'npu_console.cli.')]\n"
+            "for m in mods:\n"
             "    try:\n"
             "        importlib.import_module(m.name)\n"
             "    except ModuleNotFoundError as exc:\n"
@@ -108,7 +142,7 @@ def test_every_engine_module_imports_without_the_gui_extra():
 
 
 def test_every_cli_command_but_gui_builds_and_answers_help_without_qt():
-    code = ("import contextlib, io, npu_console.engine.cli.main as m\n"
+    code = ("import contextlib, io, npu_console.cli.main as m\n"
             "p = m.build_parser()\n"
             "for cmd in m.COMMANDS:\n"
             "    if cmd == 'gui':\n"
@@ -126,7 +160,7 @@ def test_every_cli_command_but_gui_builds_and_answers_help_without_qt():
 
 
 def test_gui_without_the_extra_says_how_to_get_it_in_one_line():
-    res = _headless("import npu_console.engine.cli.main as m; sys.exit(m.main(['gui']))")
+    res = _headless("import npu_console.cli.main as m; sys.exit(m.main(['gui']))")
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
@@ -192,7 +226,7 @@ def test_shipped_code_never_reaches_into_shared():
     """../shared holds this workspace's test assets; no string the product runs with may name it
     (docstrings may say so)."""
     hits = []
-    for pkg in ("engine", "console", "npu_console"):
+    for pkg in ("engine", "console", "cli", "npu_console"):
         for path in (ROOT / pkg).rglob("*.py"):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}

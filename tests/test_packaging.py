@@ -258,8 +258,8 @@ def test_install_script_stops_before_touching_the_prefix_when_a_check_fails(tmp_
 
 
 def test_flavour_env_override_and_fallback(monkeypatch, capsys):
+    from npu_console.cli.main import main
     from npu_console.engine import build_info
-    from npu_console.engine.cli.main import main
 
     monkeypatch.setenv("NPU_CONSOLE_FLAVOUR", "ascend")
     info = build_info.build_info()
@@ -329,7 +329,7 @@ def test_env_file_is_plain_assignments_that_serve_accepts():
             assert sep and key.isidentifier() and key == key.strip(), line
             values[key] = value
     assert values["NPU_CONSOLE_SERVE_ARGS"]
-    from npu_console.engine.cli.main import build_parser
+    from npu_console.cli.main import build_parser
 
     args = build_parser().parse_args(["serve", *shlex.split(values["NPU_CONSOLE_SERVE_ARGS"])])
     assert args.command == "serve"
@@ -407,11 +407,11 @@ def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
     # one import namespace: nothing with a generic top-level name lands in site-packages
     assert {t for t in tops if not t.endswith(".dist-info")} == {"npu_console"}
     assert {n.split("/")[1] for n in names if n.count("/") > 1 and n.startswith("npu_console/")} \
-        == {"engine", "console", "assets"}
+        == {"engine", "console", "cli", "assets"}
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert {n for n in names if n.startswith("npu_console/assets/")} == _expected_assets()
     for needed in ("npu_console/assets/icons/app.svg", "npu_console/assets/icons/app-256.png",
-                   "npu_console/engine/cli/main.py", "npu_console/__init__.py",
+                   "npu_console/cli/main.py", "npu_console/__init__.py",
                    # the native kernels are compiled from these on first use (engine/kernels)
                    "npu_console/engine/kernels/cpu_gemm.c",
                    "npu_console/engine/kernels/cpu_decode.c"):
@@ -423,7 +423,7 @@ def test_wheel_carries_the_app_and_its_assets_and_nothing_else(dists):
     )
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
-    assert "npu-console = npu_console.engine.cli.main:main" in text
+    assert "npu-console = npu_console.cli.main:main" in text
 
 
 @pytest.mark.slow
@@ -433,7 +433,7 @@ def test_sdist_leaves_out_tests_docs_and_packaging(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for unwanted in ("tests/", "docs/", "packaging/", ".venv/", ".ci/"):
         assert not [n for n in names if n.startswith(unwanted)], unwanted
-    assert {"pyproject.toml", "MANIFEST.in", "assets/icons/app.svg"} <= names
+    assert {"pyproject.toml", "MANIFEST.in", "assets/icons/app.svg", "cli/main.py"} <= names
 
 
 # ---------------------------------------------------------------- offline bundle, end to end

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from fakes.stories_text import sampled_text, write_text_file
-from npu_console.engine.cli.main import main
+from npu_console.cli.main import main
 from npu_console.engine.quant.calib import Cancelled
 from npu_console.engine.quant.workflow import QuantizeRequest, run_quantize
 from support.cli import cli_in_process, run_cli

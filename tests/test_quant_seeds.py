@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from npu_console.engine.cli.main import main
+from npu_console.cli.main import main
 from npu_console.engine.quant import eval_methods as em
 from npu_console.engine.quant.calib import read_texts
 from npu_console.engine.quant.config import QuantError

@@ -173,7 +173,7 @@ def test_terminal_chat_prints_the_thinking_then_the_answer(think_model_dir):
 
     def chat(*extra: str) -> str:
         res = subprocess.run(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "chat", "--model", str(think_model_dir),
+            [sys.executable, "-m", "npu_console.cli.main", "chat", "--model", str(think_model_dir),
              "--temperature", "0", "--threads", "1", *extra],
             input="Spell rocket backwards.\n/exit\n", capture_output=True, text=True,
             timeout=300, cwd=Path(__file__).resolve().parent.parent, check=True)

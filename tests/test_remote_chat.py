@@ -28,7 +28,7 @@ def feed(monkeypatch, lines):
 
 
 def test_chat_streams_replies_from_the_remote_server(server, monkeypatch, capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     engine, url = server
     finished_before = engine.stats().requests_finished
@@ -50,7 +50,7 @@ def test_chat_streams_replies_from_the_remote_server(server, monkeypatch, capsys
     (["--api-key", "wrong"], "refused the API key"),
 ])
 def test_chat_remote_errors_are_one_line(server, monkeypatch, capsys, argv, message):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     _, url = server
     feed(monkeypatch, [])

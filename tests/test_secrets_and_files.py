@@ -164,7 +164,7 @@ def test_overwrite_replaces_only_model_or_empty_folders(tmp_path):
 
 def test_quantize_refuses_to_overwrite_a_folder_that_is_not_a_model(tmp_path, demo_model_dir,
                                                                      capsys):
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     precious = tmp_path / "home"
     precious.mkdir()

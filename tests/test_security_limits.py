@@ -85,8 +85,8 @@ def test_stop_strings_and_messages_are_bounded_and_top_logprobs_is_refused(url):
 
 
 def test_a_request_timeout_is_on_by_default_in_serve_and_the_gui():
+    from npu_console.cli.main import build_parser
     from npu_console.console.server_service import AdvancedOptions
-    from npu_console.engine.cli.main import build_parser
 
     assert 0 < ApiSettings().request_timeout_s <= 3600
     args = build_parser().parse_args(["serve", "--model", "m"])

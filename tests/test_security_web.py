@@ -134,7 +134,7 @@ def test_a_wildcard_cors_origin_needs_an_api_key():
     with pytest.raises(UnsafeSettingsError, match="--api-key"):
         ApiSettings(cors_origins=("*",)).check_safe()
     ApiSettings(cors_origins=("*",), api_key="k").check_safe()
-    r = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "serve",
+    r = subprocess.run([sys.executable, "-m", "npu_console.cli.main", "serve",
                         "--model", "nowhere", "--cors", "*"], capture_output=True, text=True,
                        timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, check=False)
     assert r.returncode != 0
@@ -166,7 +166,7 @@ def test_the_admin_key_opens_admin_and_the_api_key_opens_inference(engine, tmp_p
 
 
 def test_serve_help_says_which_key_opens_what():
-    r = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--help"],
+    r = subprocess.run([sys.executable, "-m", "npu_console.cli.main", "serve", "--help"],
                        capture_output=True, text=True, timeout=120, check=False)
     text = " ".join(r.stdout.split())
     assert "--admin-key" in text

@@ -10,7 +10,7 @@ import stat
 import time
 
 import pytest
-from npu_console.engine.cli.main import main
+from npu_console.cli.main import main
 from npu_console.engine.telemetry import make_provider
 from npu_console.engine.telemetry.capture_folder import classify, scan_folder
 from npu_console.engine.telemetry.npu_health import NO_TEXT, explain_codes, explain_status

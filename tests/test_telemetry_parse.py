@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from npu_console.engine.cli.main import main
+from npu_console.cli.main import main
 from npu_console.engine.telemetry.npu_smi_table import parse_npu_smi_info
 
 CHIP_KEYS = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from npu_console.engine.cli.main import main
+from npu_console.cli.main import main
 from npu_console.engine.telemetry import TelemetryPoller, make_provider
 from npu_console.engine.telemetry.alerts import (
     AICoreSaturatedRule,

@@ -77,7 +77,7 @@ def test_models_page_says_unbatched(gpt2_dir):
 
 
 def test_doctor_names_a_model_that_runs_unbatched(gpt2_dir, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", "doctor",
+    out = subprocess.run([sys.executable, "-m", "npu_console.cli.main", "doctor",
                           "--json", "--model", str(gpt2_dir)],
                          capture_output=True, text=True, timeout=300, check=False)
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}

@@ -44,7 +44,7 @@ def ours(path: Path, new_tokens: int) -> dict:
     out = subprocess.run([sys.executable, "-c", LOAD_ONLY, str(path)], capture_output=True,
                          text=True, cwd=ROOT, check=True).stdout.split()
     load_s, load_rss = float(out[0]), int(out[1]) * 1024
-    text, rss = timed([sys.executable, "-m", "npu_console.engine.cli.main", "bench", "offline",
+    text, rss = timed([sys.executable, "-m", "npu_console.cli.main", "bench", "offline",
                        "--model", path, "--load-as", "int8", "--batch-sizes", "1,8",
                        "--input-len", 16, "--output-len", new_tokens, "--threads", 2, "--json"])
     res = json.loads(text)

@@ -9,7 +9,7 @@ set -euo pipefail
 OUT=${1:?usage: bench_matrix.sh OUT [demo|qwen05b|all]}
 WHICH=${2:-all}
 PY=${PYTHON:-python}
-NC="$PY -m npu_console.engine.cli.main"
+NC="$PY -m npu_console.cli.main"
 mkdir -p "$OUT"
 QWEN=${QWEN_DIR:-$OUT/qwen05b-random}
 

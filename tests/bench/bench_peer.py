@@ -92,7 +92,7 @@ def llama_prefill(bin_dir: Path, q8: Path, n: int, threads: int) -> float:
 
 def ours(model: Path, quant: str, batch: int, input_len: int, output_len: int,
          threads: int) -> dict:
-    out = run([sys.executable, "-m", "npu_console.engine.cli.main", "bench", "offline", "--model", model,
+    out = run([sys.executable, "-m", "npu_console.cli.main", "bench", "offline", "--model", model,
                "--quant", quant, "--batch-sizes", batch, "--input-len", input_len,
                "--output-len", output_len, "--threads", threads, "--json"])
     return json.loads(out)["batches"][0]

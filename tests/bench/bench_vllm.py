@@ -36,7 +36,7 @@ from support.vllm import VllmServe
 
 
 def cli(*args: str, timeout: int = 7200) -> str:
-    res = subprocess.run([sys.executable, "-m", "npu_console.engine.cli.main", *args],
+    res = subprocess.run([sys.executable, "-m", "npu_console.cli.main", *args],
                          capture_output=True, text=True, timeout=timeout, check=False,
                          cwd=ROOT)
     if res.returncode != 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 def start_serve(root: Path, *args: str, timeout_s: float = 300) -> tuple[subprocess.Popen, str]:
     """(process, base URL) of `serve --port 0 --log-level warning ARGS` run from `root`."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--port", "0", "--log-level",
+        [sys.executable, "-m", "npu_console.cli.main", "serve", "--port", "0", "--log-level",
          "warning", *args],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -42,7 +42,7 @@ class Step:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "npu_console.engine.cli.main", *args]
+    return [sys.executable, "-m", "npu_console.cli.main", *args]
 
 
 def script(name: str, *args: str) -> list[str]:

@@ -64,7 +64,7 @@ def main() -> int:
     args = ap.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cli = [sys.executable, "-m", "npu_console.engine.cli.main"]
+    cli = [sys.executable, "-m", "npu_console.cli.main"]
     server = subprocess.Popen(
         [*cli, "serve", "--model", args.model, "--device", args.device, "--dtype", args.dtype,
          "--port", str(port), "--max-running", str(args.concurrency), "--grace", "5",

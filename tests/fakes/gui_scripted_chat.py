@@ -52,7 +52,7 @@ def main() -> int:
         script(window)
         return window
     app.build_window = build_window
-    from npu_console.engine.cli.main import main as cli_main
+    from npu_console.cli.main import main as cli_main
 
     return cli_main(sys.argv[1:])
 

@@ -32,6 +32,6 @@ def plant(delay_s: float) -> None:
 
 if __name__ == "__main__":
     plant(float(os.environ.get("SLOW_STEP_S", "0.03")))
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

@@ -37,6 +37,6 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    from npu_console.engine.cli.main import main
+    from npu_console.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

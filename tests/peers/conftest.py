@@ -42,7 +42,7 @@ def ct_exports(smollm2_hf) -> dict[str, Path]:
             folders[method] = dest
             continue
         res = subprocess.run(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "quantize", "--model",
+            [sys.executable, "-m", "npu_console.cli.main", "quantize", "--model",
              str(smollm2_hf), "--method", method, "--recipe", "plain", "--samples", "16",
              "--seq-len", "128", "--format", "compressed-tensors", "--out", str(dest),
              "--json"], capture_output=True, text=True, timeout=1800, check=False)

@@ -81,7 +81,7 @@ def test_engine_numbers_come_from_vllm_metrics(remote):
 def test_bench_serve_against_vllm(vllm, tmp_path, smollm2_hf):
     out = tmp_path / "run"
     res = subprocess.run(
-        [sys.executable, "-m", "npu_console.engine.cli.main", "bench", "serve", "--base-url",
+        [sys.executable, "-m", "npu_console.cli.main", "bench", "serve", "--base-url",
          vllm.url, "--concurrency", "4", "--num-prompts", "8", "--input-len", "32",
          "--output-len", "8", "--tokenizer", str(smollm2_hf), "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=900, check=False)

@@ -41,7 +41,7 @@ def engine_for(stories_dir: Path, name: str = "stories", extra_names: tuple[str,
             for extra in extra_names:
                 method = next((m for m in ("w8a16", "w8a8-dynamic") if extra.endswith(m)), None)
                 if method:
-                    from npu_console.engine.cli.serve_cmd import add_int8_variant
+                    from npu_console.cli.serve_cmd import add_int8_variant
                     from npu_console.engine.models import load_model
 
                     add_int8_variant(eng, load_model(stories_dir), method, extra)

@@ -28,7 +28,7 @@ class ServeProcess:
     def start(self) -> ServeProcess:
         self.lines = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--host", "127.0.0.1",
+            [sys.executable, "-m", "npu_console.cli.main", "serve", "--host", "127.0.0.1",
              "--port", str(self.port), "--threads", "1", "--log-level", "warning", *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

@@ -37,7 +37,7 @@ class Serve:
 
     def __init__(self, *args: str, timeout: float = 240.0):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "npu_console.engine.cli.main", "serve", "--port", "0",
+            [sys.executable, "-m", "npu_console.cli.main", "serve", "--port", "0",
              "--threads", "1", "--log-level", "warning", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

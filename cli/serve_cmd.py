@@ -87,7 +87,7 @@ def register(sub) -> None:
 
 
 def _check_args(args) -> None:
-    from ..api.settings import ApiSettings, UnsafeSettingsError, parse_origins
+    from ..engine.api.settings import ApiSettings, UnsafeSettingsError, parse_origins
 
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be between 0 and 65535, got {args.port}")
@@ -114,7 +114,7 @@ def _check_args(args) -> None:
 def run(args) -> int:
     import logging
 
-    from ..api.ports import PortInUseError, ServerStartError, port_in_use
+    from ..engine.api.ports import PortInUseError, ServerStartError, port_in_use
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     # fail before the imports of torch and a long model load, not after them
@@ -125,11 +125,11 @@ def run(args) -> int:
     except ServerStartError as exc:
         raise CliError(str(exc)) from None
 
-    from ..api import ServerController
-    from ..api.settings import UnsafeSettingsError, parse_origins
-    from ..runtime.config import EngineConfig
-    from ..runtime.engine import LocalEngine
-    from ..runtime.types import EngineError
+    from ..engine.api import ServerController
+    from ..engine.api.settings import UnsafeSettingsError, parse_origins
+    from ..engine.runtime.config import EngineConfig
+    from ..engine.runtime.engine import LocalEngine
+    from ..engine.runtime.types import EngineError
 
     loaded = load_for_cli(args)
     config = EngineConfig(max_waiting=args.max_queue,
@@ -189,7 +189,7 @@ def run(args) -> int:
 
 def _hardening(args) -> dict:
     """The ApiSettings fields behind --allowed-hosts, --expose-paths and the timeouts."""
-    from ..api.settings import parse_hosts
+    from ..engine.api.settings import parse_hosts
 
     return {"allowed_hosts": parse_hosts(args.allowed_hosts), "expose_paths": args.expose_paths,
             "request_timeout_s": args.request_timeout,
@@ -200,13 +200,13 @@ def _hardening(args) -> dict:
 def add_int8_variant(engine, loaded, method: str, name: str):
     """Quantize a second copy of the model in memory (methods that need no calibration) and
     serve it beside the float one; returns its ModelInfo."""
-    from ..quant import (
+    from ..engine.quant import (
         QuantConfig,
         QuantError,
         prepare_for_serving,
         quantize_model,
     )
-    from ..runtime.threads import run_in_fresh_thread
+    from ..engine.runtime.threads import run_in_fresh_thread
 
     def quantize() -> None:
         quantize_model(loaded.model, QuantConfig(method=method))

@@ -1,4 +1,4 @@
-"""`npu-console` entry point: one sub-command per module under engine.cli.
+"""`npu-console` entry point: one sub-command per module in cli/.
 
 Each command module exposes `register(subparsers)` which adds its parser and sets
 `func=callable(args) -> int`. Modules are imported lazily only by name in COMMANDS so that
@@ -12,10 +12,10 @@ import importlib
 import os
 import sys
 
-from .. import __version__
+from ..engine import __version__
 from .errors import CliError
 
-# name of the module under engine.cli for each command group, in help order
+# name of the module in cli/ for each command group, in help order
 COMMANDS = [
     "gui",
     "doctor",
@@ -31,7 +31,7 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..build_info import build_info
+    from ..engine.build_info import build_info
 
     parser = argparse.ArgumentParser(
         prog="npu-console",
@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"npu_console.engine.cli.{name}_cmd")
+            module = importlib.import_module(f"npu_console.cli.{name}_cmd")
         except ModuleNotFoundError as exc:
-            if exc.name == f"npu_console.engine.cli.{name}_cmd":
+            if exc.name == f"npu_console.cli.{name}_cmd":
                 continue  # command not built yet in this checkout
             raise
         module.register(sub)

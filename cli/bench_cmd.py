@@ -25,7 +25,7 @@ def register(sub) -> None:
                         description="Decode --output-len tokens for batches of random "
                                     "--input-len-token prompts and report tokens/s, TTFT, TPOT, "
                                     "peak memory and the share of the memory-bandwidth roofline.")
-    from ..paths import DEMO_MODEL_DIR
+    from ..engine.paths import DEMO_MODEL_DIR
 
     o.add_argument("--model", default=str(DEMO_MODEL_DIR), help="model folder (default: demo)")
     o.add_argument("--quant", default="none",
@@ -153,7 +153,7 @@ def _emit(result, args) -> int:
             raise CliError(f"cannot write results to {args.out}: {exc.strerror}") from None
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.json:
-        from ..bench.progress import _clean
+        from ..engine.bench.progress import _clean
 
         print(json.dumps(_clean(result.to_dict()), indent=2, default=str))
     else:
@@ -162,7 +162,7 @@ def _emit(result, args) -> int:
 
 
 def run_offline(args) -> int:
-    from ..bench import OfflineConfig, run_offline_sweep
+    from ..engine.bench import OfflineConfig, run_offline_sweep
     from .common import resolve_device_dtype
 
     device, dtype = resolve_device_dtype(args)
@@ -177,7 +177,7 @@ def run_offline(args) -> int:
 
 
 def run_serve(args) -> int:
-    from ..bench import SLO, ServingConfig, run_serving_benchmark
+    from ..engine.bench import SLO, ServingConfig, run_serving_benchmark
 
     if args.concurrency is None and args.rate is None:
         raise CliError("give --concurrency N, --rate R, or both")
@@ -193,7 +193,7 @@ def run_serve(args) -> int:
 
 def _run(bench, cfg, args) -> int:
     """Either benchmark with progress on stderr and Ctrl-C as its cancel; its result printed."""
-    from ..bench import BenchError
+    from ..engine.bench import BenchError
 
     cancel = threading.Event()
     progress = _StderrProgress()

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..doctor import as_dict, run_checks
+    from ..engine.doctor import as_dict, run_checks
 
     checks = run_checks(args.npu_smi, model=args.model)
     if args.json:

@@ -51,7 +51,7 @@ def admin_settings(args) -> dict:
 
 def warn_if_open(args) -> None:
     """Say once, at start, that a keyless admin server lets any local user load and quantize."""
-    from ..api.settings import is_loopback
+    from ..engine.api.settings import is_loopback
 
     if args.allow_admin and not (args.api_key or args.admin_key) and is_loopback(args.host):
         print("warning: --allow-admin without --api-key: every user of this machine can load "

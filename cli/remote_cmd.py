@@ -49,8 +49,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..remote.admin import RemoteAdmin
-    from ..runtime.types import EngineError
+    from ..engine.remote.admin import RemoteAdmin
+    from ..engine.runtime.types import EngineError
 
     try:
         admin = RemoteAdmin(args.base_url, args.api_key)

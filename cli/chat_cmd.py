@@ -39,7 +39,7 @@ def register(sub) -> None:
 def _check_demo_model(args) -> None:
     """The default --model is the built-in demo model; an install without it says so in one line
     (the product never reaches outside its own files for a model)."""
-    from ..paths import DEMO_MODEL_DIR
+    from ..engine.paths import DEMO_MODEL_DIR
 
     if Path(args.model) == DEMO_MODEL_DIR and not (DEMO_MODEL_DIR / "config.json").exists():
         raise CliError(f"the built-in demo model is missing from {DEMO_MODEL_DIR} (a broken "
@@ -47,8 +47,8 @@ def _check_demo_model(args) -> None:
 
 
 def run(args) -> int:
-    from ..runtime import EngineConfig, LocalEngine
-    from ..runtime.types import (
+    from ..engine.runtime import EngineConfig, LocalEngine
+    from ..engine.runtime.types import (
         EngineError,
         GenerationRequest,
         SamplingParams,
@@ -151,9 +151,9 @@ class _ReplyPrinter:
 
 def _connect_remote(args):
     """--remote URL: the same chat through RemoteEngine (the EngineClient of a remote server)."""
-    from ..paths import DEMO_MODEL_DIR
-    from ..remote import RemoteEngine
-    from ..runtime.types import EngineError
+    from ..engine.paths import DEMO_MODEL_DIR
+    from ..engine.remote import RemoteEngine
+    from ..engine.runtime.types import EngineError
 
     model = None if Path(args.model) == DEMO_MODEL_DIR else args.model
     try:
@@ -176,7 +176,7 @@ def _connect_remote(args):
 
 def _submit_trimmed(engine, history, base, params, GenerationRequest, EngineError):
     """Submit the conversation, dropping the oldest turns while it does not fit the context."""
-    from ..runtime.types import ContextLengthError
+    from ..engine.runtime.types import ContextLengthError
 
     while True:
         try:

@@ -1,5 +1,5 @@
 """The one exception type commands raise for user errors (kept apart from main so that
-`python -m npu_console.engine.cli.main` and the console script catch the same class)."""
+`python -m npu_console.cli.main` and the console script catch the same class)."""
 
 
 class CliError(Exception):

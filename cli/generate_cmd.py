@@ -18,8 +18,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..runtime import EngineConfig, LocalEngine
-    from ..runtime.types import EngineError, GenerationRequest, SamplingParams
+    from ..engine.runtime import EngineConfig, LocalEngine
+    from ..engine.runtime.types import EngineError, GenerationRequest, SamplingParams
     from .errors import CliError
 
     loaded = load_for_cli(args)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
-# what the `gui` extra installs (pyproject.toml): the console needs all three
-GUI_MODULES = ("PySide6", "pyqtgraph", "qasync")
 NO_GUI_EXTRA = ("npu-console gui: the desktop console is not installed here (no {missing}): "
                 "pip install 'npu-console[gui]' (a checkout: pip install -e '.[gui]'); "
                 "serve, generate, chat, smi, quantize, eval and bench work without it")
@@ -42,19 +39,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def missing_gui_modules() -> list[str]:
-    """The GUI extra's modules that cannot be imported here (found, not imported: no Qt load)."""
-    missing = []
-    for name in GUI_MODULES:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(name)
-    return missing
-
-
 def has_display(env=os.environ) -> bool:
     if env.get("QT_QPA_PLATFORM"):
         return True  # the user chose a platform plugin (offscreen, xcb, wayland, ...)
@@ -64,7 +48,7 @@ def has_display(env=os.environ) -> bool:
 def xcb_libraries_missing(env=os.environ) -> bool:
     """Says (and returns True) when Qt would abort opening its xcb plugin for want of a system
     library: found here first, with the distribution's install line."""
-    from . import gui_libs
+    from ..engine import gui_libs
 
     if not gui_libs.uses_xcb(env):
         return False
@@ -77,6 +61,7 @@ def xcb_libraries_missing(env=os.environ) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine.gui_libs import missing_gui_modules
     from .main import CliError
 
     missing = missing_gui_modules()
@@ -93,17 +78,17 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"replay capture not found: {f}")
     if args.model and not os.path.exists(args.model):
         raise CliError(f"model folder or file not found: {args.model}")
-    from ...console.app import LaunchOptions
+    from ..console.app import LaunchOptions
 
     options = LaunchOptions(model=args.model, replay=list(args.replay), theme=args.theme,
                             note=args.note, load_as=args.load_as)
     if args.screenshot_dir:
-        from ...console.screenshots import capture_all
+        from ..console.screenshots import capture_all
 
         paths = capture_all(options, args.screenshot_dir)
         for p in paths:
             print(p)
         return 0
-    from ...console.app import run as run_gui
+    from ..console.app import run as run_gui
 
     return run_gui(options)

@@ -40,7 +40,7 @@ def start_poller(args, engine):
     or None with --telemetry-source off. Engine stats feed its p99 / error-rate alerts."""
     if args.telemetry_source == "off" and not args.telemetry_input:
         return None
-    from ..telemetry import TelemetryPoller, make_provider
+    from ..engine.telemetry import TelemetryPoller, make_provider
 
     if args.telemetry_input:
         source = make_provider("replay", replay_files=args.telemetry_input)

@@ -18,7 +18,7 @@ def add_sampling_args(p, max_tokens: int, temperature: float, top_p: float) -> N
 
 
 def add_model_args(p, device: bool = True) -> None:
-    from ..paths import DEMO_MODEL_DIR
+    from ..engine.paths import DEMO_MODEL_DIR
 
     p.add_argument("--model", default=str(DEMO_MODEL_DIR),
                    help="model folder (Hugging Face layout); default: the built-in demo model")
@@ -35,7 +35,7 @@ def add_model_args(p, device: bool = True) -> None:
 
 
 def add_reasoning_arg(p) -> None:
-    from ..runtime.reasoning import PARSER_CHOICES
+    from ..engine.runtime.reasoning import PARSER_CHOICES
 
     p.add_argument("--reasoning-parser", default="auto", choices=PARSER_CHOICES,
                    help="how a reasoning model's chat replies are split into reasoning "
@@ -44,7 +44,7 @@ def add_reasoning_arg(p) -> None:
 
 
 def resolve_device_dtype(args) -> tuple[str, str]:
-    from ..devices import default_dtype, get_device
+    from ..engine.devices import default_dtype, get_device
 
     try:
         dev = get_device(args.device)
@@ -56,15 +56,15 @@ def resolve_device_dtype(args) -> tuple[str, str]:
 
 def load_for_cli(args, quiet: bool = False):
     """Load --model with plain-word errors; progress goes to stderr."""
-    from ..models import (
+    from ..engine.models import (
         LoadCancelled,
         ModelFolderError,
         ModelLoadError,
         add_recent_model,
         load_model,
     )
-    from ..models.loader import resolve_model_path
-    from ..runtime.threads import run_in_fresh_thread
+    from ..engine.models.loader import resolve_model_path
+    from ..engine.runtime.threads import run_in_fresh_thread
 
     device, dtype = resolve_device_dtype(args)
     try:

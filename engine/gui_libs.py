@@ -1,8 +1,10 @@
-"""The system libraries Qt's xcb platform plugin needs, found before Qt looks for them.
+"""What the desktop console needs beyond the engine, found before Qt looks for it: the `gui`
+extra's Python modules, and the system libraries Qt's xcb platform plugin needs.
 
-Without one of them (libxcb-cursor0 is the usual one on a server) Qt prints "Could not load
-the Qt platform plugin xcb" and aborts the process (exit 134). `gui` and `doctor` find the
-missing ones first and say which package installs them on this distribution. Nothing here
+Without one of those libraries (libxcb-cursor0 is the usual one on a server) Qt prints "Could
+not load the Qt platform plugin xcb" and aborts the process (exit 134). `gui` and `doctor` find
+the missing ones first and say which package installs them on this distribution. It sits in the
+engine, not in cli/, because `doctor` (engine/doctor.py) checks the same things. Nothing here
 imports Qt: PySide6's plugin is found on disk and its dependencies read with `ldd`, the way
 the dynamic loader will resolve them when Qt opens the plugin.
 """
@@ -47,6 +49,23 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "libglib-2.0.so.0": ("libglib2.0-0", "glib2"),
     "libgthread-2.0.so.0": ("libglib2.0-0", "glib2"),
 }
+
+# what the `gui` extra installs (pyproject.toml): the console needs all three
+GUI_MODULES = ("PySide6", "pyqtgraph", "qasync")
+
+
+def missing_gui_modules() -> list[str]:
+    """The GUI extra's modules that cannot be imported here (found, not imported: no Qt load)."""
+    missing = []
+    for name in GUI_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
 
 _DEBIAN = {"debian", "ubuntu", "linuxmint", "kylin-desktop", "uos", "deepin"}
 _REDHAT = {"rhel", "centos", "fedora", "rocky", "almalinux", "openeuler", "kylin", "ol",

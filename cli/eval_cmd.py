@@ -8,7 +8,7 @@ import sys
 
 
 def register(sub) -> None:
-    from ..quant.eval_methods import DEFAULT_CTX
+    from ..engine.quant.eval_methods import DEFAULT_CTX
     from .common import add_model_args
 
     p = sub.add_parser("eval", help="perplexity of a model on a text file (as llama-perplexity)")
@@ -41,8 +41,8 @@ def _has_chat_records(path: str) -> bool:
 
 
 def run(args) -> int:
-    from ..quant import eval_methods as em
-    from ..quant.config import QuantError
+    from ..engine.quant import eval_methods as em
+    from ..engine.quant.config import QuantError
     from .common import load_for_cli
     from .errors import CliError
 

@@ -110,7 +110,7 @@ def _run(args) -> int:
     if args.json and not args.once:
         _fail("--json needs --input FILE or --once")
 
-    from ..telemetry import TelemetryPoller, make_provider
+    from ..engine.telemetry import TelemetryPoller, make_provider
 
     if args.replay:
         for f in args.replay:
@@ -125,7 +125,7 @@ def _run(args) -> int:
         if args.once:
             snap = poller.poll_once()
             if args.json:
-                from ..telemetry.snapshot_json import snapshot_json
+                from ..engine.telemetry.snapshot_json import snapshot_json
 
                 print(json.dumps(snapshot_json(snap, poller.active_alerts()), indent=2))
             else:
@@ -152,8 +152,8 @@ def _run(args) -> int:
 
 
 def _run_input(args) -> int:
-    from ..telemetry import TelemetryPoller, make_provider
-    from ..telemetry.npu_smi_table import parse_npu_smi_info
+    from ..engine.telemetry import TelemetryPoller, make_provider
+    from ..engine.telemetry.npu_smi_table import parse_npu_smi_info
 
     if Path(args.input).is_dir():
         return _run_folder(args)
@@ -174,8 +174,8 @@ def _run_input(args) -> int:
 
 
 def _run_folder(args) -> int:
-    from ..telemetry import TelemetryPoller, make_provider
-    from ..telemetry.capture_folder import folder_json
+    from ..engine.telemetry import TelemetryPoller, make_provider
+    from ..engine.telemetry.capture_folder import folder_json
 
     data = folder_json(args.input)
     if not data["captures"]:

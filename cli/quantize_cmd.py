@@ -9,7 +9,7 @@ import time
 
 
 def register(sub) -> None:
-    from ..quant.config import FORMATS, METHODS, PRESETS
+    from ..engine.quant.config import FORMATS, METHODS, PRESETS
 
     p = sub.add_parser("quantize", help="INT8-quantize a model and export it")
     p.add_argument("--model", required=True, help="float model folder (Hugging Face layout)")
@@ -88,11 +88,11 @@ class _StderrProgress:
 
 
 def run(args) -> int:
-    from ..models.folder import ModelFolderError
-    from ..models.loader import ModelLoadError
-    from ..quant.calib import Cancelled
-    from ..quant.config import QuantError
-    from ..quant.workflow import QuantizeRequest, run_workflow
+    from ..engine.models.folder import ModelFolderError
+    from ..engine.models.loader import ModelLoadError
+    from ..engine.quant.calib import Cancelled
+    from ..engine.quant.config import QuantError
+    from ..engine.quant.workflow import QuantizeRequest, run_workflow
     from .errors import CliError
 
     skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
