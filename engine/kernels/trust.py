@@ -25,9 +25,10 @@ def private_dir(d: Path) -> str | None:
     return None
 
 
-def untrusted(path: Path) -> str | None:
-    """Why the cached file at `path` must not be loaded, or None when it may be."""
-    return _untrusted_stat(os.lstat(path))
+def untrusted(path: Path, folder: bool = False) -> str | None:
+    """Why the cached file (or, `folder`, the cache entry folder) at `path` must not be read,
+    or None when it may be."""
+    return _untrusted_stat(os.lstat(path), folder)
 
 
 _LOADED_FDS: list[int] = []
@@ -55,8 +56,10 @@ def load_trusted(path: Path) -> ctypes.CDLL:
     return lib
 
 
-def _untrusted_stat(st: os.stat_result) -> str | None:
-    if not stat.S_ISREG(st.st_mode):
+def _untrusted_stat(st: os.stat_result, folder: bool = False) -> str | None:
+    if folder and not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if not folder and not stat.S_ISREG(st.st_mode):
         return "not a regular file"
     if st.st_uid != os.getuid():
         return f"owned by uid {st.st_uid}, not by this user ({os.getuid()})"

@@ -87,16 +87,9 @@ def cache_problem() -> str | None:
 
 def entry_untrusted(entry: Path) -> str | None:
     """Why one cache entry must not be read (another user's, or writable by others), or None."""
-    import stat
+    from ..kernels.trust import untrusted
 
-    st = os.lstat(entry)
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder"
-    if st.st_uid != os.getuid():
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return "writable by group or others"
-    return None
+    return untrusted(entry, folder=True)
 
 
 def kept_tokenizer(path: Path) -> Path | None:
