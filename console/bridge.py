@@ -1,14 +1,17 @@
 """The one place where engine events and telemetry snapshots become Qt signals on the GUI thread.
 
-Worker threads (a reader per streaming request, a stats sampler, the telemetry poller) only
-append to locked buffers; one GUI-thread QTimer drains them every FLUSH_MS, so a page sees at
-most one `tokens` signal per request per repaint however fast the engine decodes, and the GUI
-thread never waits on an engine lock.
+Other threads only append to locked buffers: the engine's own thread (or a remote client's
+reader) through each request handle's callback, a few submit threads that template, tokenize
+and open each request off the GUI thread, the stats sampler and the telemetry poller. One
+GUI-thread QTimer drains them every FLUSH_MS, so a page sees at most one `tokens` signal per
+request per repaint however fast the engine decodes, and the GUI thread never waits on an
+engine lock.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -25,13 +28,14 @@ log = logging.getLogger(__name__)
 
 FLUSH_MS = 40
 STATS_INTERVAL_S = 0.25
+# requests opened at once: a server slow to answer holds one submit thread, not the others
+SUBMIT_THREADS = 4
 
 
 @dataclass
 class _Stream:
     request_id: str
     handle: Any
-    thread: threading.Thread | None = None
     pending: list[str] = field(default_factory=list)
     pending_reasoning: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0
@@ -68,6 +72,7 @@ class EngineBridge(QObject):
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._metrics_source: Callable[[], Any] | None = None
+        self._submitter = _Submitter(self._submit)
         self.timer = QTimer(self)
         self.timer.setInterval(FLUSH_MS)
         self.timer.timeout.connect(self.flush)
@@ -119,15 +124,13 @@ class EngineBridge(QObject):
             validate(request)
         rid = request.request_id
         stream = _Stream(rid, None)
-        stream.thread = threading.Thread(target=self._submit_and_read,
-                                         args=(stream, engine, request),
-                                         name=f"stream-{rid}", daemon=True)
         with self._lock:
             self._streams[rid] = stream
-        stream.thread.start()
+        self._submitter.put((stream, engine, request))
         return rid
 
-    def _submit_and_read(self, stream: _Stream, engine, request) -> None:
+    def _submit(self, stream: _Stream, engine, request) -> None:
+        """On a submit thread: open the request, then take its events as the engine makes them."""
         try:
             stream.handle = engine.submit(request)
         except Exception as exc:  # noqa: BLE001 - the request's end, shown like any other
@@ -137,7 +140,7 @@ class EngineBridge(QObject):
             return
         if stream.cancelled:  # stopped while its prompt was being tokenized
             stream.handle.cancel()
-        self._read(stream)
+        stream.handle.add_callback(lambda events: self._take(stream, events))
 
     def cancel(self, request_id: str) -> None:
         with self._lock:
@@ -155,28 +158,20 @@ class EngineBridge(QObject):
         with self._lock:
             return [rid for rid, s in self._streams.items() if s.finish is None]
 
-    def _read(self, stream: _Stream) -> None:
+    def _take(self, stream: _Stream, events: list) -> None:
+        """On the thread that made `events` (the engine's, or a remote client's reader)."""
         from ..engine.runtime.types import FinishEvent, TokenEvent
 
-        try:
-            for event in stream.handle:
-                with self._lock:
-                    if isinstance(event, TokenEvent):
-                        stream.pending.append(event.text)
-                        stream.n_tokens += len(event.token_ids)
-                        if event.reasoning:
-                            stream.pending_reasoning.append(event.reasoning)
-                        stream.reasoning_tokens += event.reasoning_tokens
-                    elif isinstance(event, FinishEvent):
-                        stream.finish = event
-        except Exception as exc:  # the engine died under us: report it as this request's end  # noqa: BLE001
-            log.warning("stream %s broke: %s", stream.request_id, exc)
-            with self._lock:
-                if stream.finish is None:
-                    stream.finish = _error_finish(stream.request_id, str(exc))
         with self._lock:
-            if stream.finish is None:
-                stream.finish = _error_finish(stream.request_id, "stream ended without a result")
+            for event in events:
+                if isinstance(event, TokenEvent):
+                    stream.pending.append(event.text)
+                    stream.n_tokens += len(event.token_ids)
+                    if event.reasoning:
+                        stream.pending_reasoning.append(event.reasoning)
+                    stream.reasoning_tokens += event.reasoning_tokens
+                elif isinstance(event, FinishEvent):
+                    stream.finish = event
 
     # ------------------------------------------------------------------ GUI-thread drain
 
@@ -255,9 +250,51 @@ class EngineBridge(QObject):
                 self.engine.shutdown(timeout=max(0.1, deadline - time.monotonic()))
             except Exception as exc:  # noqa: BLE001
                 log.warning("engine shutdown: %s", exc)
+        self._submitter.stop(deadline)
+        if self._sampler is not None:
+            self._sampler.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Submitter:
+    """Up to SUBMIT_THREADS threads, started as needed, that run `run(*job)` for queued jobs."""
+
+    def __init__(self, run: Callable[..., None]):
+        self._run = run
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def put(self, job: tuple) -> None:
         with self._lock:
-            threads = [s.thread for s in self._streams.values() if s.thread is not None]
-        for t in threads + ([self._sampler] if self._sampler else []):
+            if self._idle:
+                self._idle -= 1  # that thread takes this job
+            elif len(self._threads) < SUBMIT_THREADS:
+                t = threading.Thread(target=self._loop, daemon=True,
+                                     name=f"bridge-submit-{len(self._threads)}")
+                self._threads.append(t)
+                t.start()
+            self._jobs.put(job)  # all busy: the first to finish takes it
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self._run(*job)
+            except Exception:  # a bug in one submission must not end the thread
+                log.exception("submit failed")
+            with self._lock:
+                self._idle += 1
+
+    def stop(self, deadline: float) -> None:
+        """Let every thread finish its job and end, waiting until `deadline` (monotonic)."""
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(None)
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
 

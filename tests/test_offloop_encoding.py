@@ -45,5 +45,5 @@ def test_the_chat_page_encodes_off_the_gui_thread(qapp, qtbot, tmp_path, demo_mo
             assert chat.send("Once upon a time " * 200)
             qtbot.waitUntil(lambda: not chat.live, timeout=60_000)
         assert seen and threading.main_thread().name not in seen, seen
-        assert all(name.startswith("stream-") for name in seen)
+        assert all(name.startswith("bridge-submit-") for name in seen)
         assert chat.conv.panes[0].messages[-1].stats["completion_tokens"] >= 1

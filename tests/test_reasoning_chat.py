@@ -42,17 +42,20 @@ def _send(qtbot, page, text=QUESTION):
 
 
 class _Paced:
-    """The engine's stream, one event per 10 ms: the reply then spans several of the bridge's
-    40 ms flushes however fast this machine decodes (on a quiet one the whole thought arrived
-    in one flush)."""
+    """The engine's stream, one event per 10 ms (a slower engine): the reply then spans
+    several of the bridge's 40 ms flushes however fast this machine decodes (on a quiet one
+    the whole thought arrived in one flush)."""
 
     def __init__(self, handle):
         self.handle = handle
 
-    def __iter__(self):
-        for event in self.handle:
-            time.sleep(0.01)
-            yield event
+    def add_callback(self, fn):
+        def paced(events):
+            for event in events:
+                time.sleep(0.01)
+                fn([event])
+
+        self.handle.add_callback(paced)
 
     def __getattr__(self, name):
         return getattr(self.handle, name)

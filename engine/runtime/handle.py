@@ -143,13 +143,14 @@ class LocalRequestHandle(_Waiters):
 
     # ---------------------------------------------------------------- consumers
     def add_callback(self, fn: Callable[[list[Event]], None]) -> None:
-        """Call `fn(events)` on the engine thread as events arrive (keep it short); events
-        already produced are delivered at once."""
+        """Call `fn(events)` on the producing thread as events arrive (keep it short); events
+        already produced are delivered at once, on this thread, before any later ones (the
+        producer waits for the lock this holds)."""
         with self._cond:
             self._callbacks.append(fn)
             past = list(self._buf)
-        if past:
-            fn(past)
+            if past:
+                fn(past)
 
     @property
     def done(self) -> bool:
