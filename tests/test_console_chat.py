@@ -182,3 +182,20 @@ def test_export_markdown_and_json(chat, qtbot, tmp_path):
     assert not chat.transcripts[0].bubbles
     chat.open_conversation(data["id"])
     assert next(b.message.content for b in chat.transcripts[0].bubbles) == "export me"
+
+
+def test_streams_share_a_few_submit_threads(window, chat, qtbot):
+    """No thread per stream: the bridge's few submit threads open the requests and the
+    handles' callbacks carry their events back."""
+    import threading
+
+    from npu_console.console.bridge import SUBMIT_THREADS
+
+    chat.ab_check.setChecked(True)
+    for text in ("A dog", "A cat", "A bird"):
+        assert len(chat.send(text)) == 2
+        _wait_done(qtbot, chat)
+    assert all(m.content for m in chat.conv.panes[1].messages if m.role == "assistant")
+    names = [t.name for t in threading.enumerate()]
+    assert not any(n.startswith("stream-") for n in names), names
+    assert 1 <= sum(n.startswith("bridge-submit-") for n in names) <= SUBMIT_THREADS

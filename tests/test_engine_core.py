@@ -94,3 +94,36 @@ def test_shutdown_ends_open_requests_and_refuses_new_work(core):
     assert core.stopped
     with pytest.raises(EngineStoppedError):
         core.add_request(*_request(core, "late"))
+
+
+def test_a_callback_added_while_events_arrive_gets_each_once_in_order():
+    """The console's bridge adds its callback on a submit thread while the engine thread may
+    already be pushing: the events made before it and after it arrive once each, in order."""
+    import threading
+    import time
+
+    from npu_console.engine.runtime.types import TokenEvent
+
+    for _ in range(5):
+        handle = LocalRequestHandle("r", "m", lambda rid: None)
+        got: list[int] = []
+        started = threading.Event()
+
+        def produce(h=handle, s=started):
+            for i in range(200):
+                h._push([TokenEvent("r", str(i), (i,))])
+                if i == 10:
+                    s.set()
+                time.sleep(0.0002)
+
+        def take(events, g=got):
+            if len(events) > 1:  # the events made before: a slow first delivery
+                time.sleep(0.005)
+            g.extend(e.token_ids[0] for e in events)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        started.wait(5)
+        handle.add_callback(take)
+        t.join(10)
+        assert got == list(range(200))

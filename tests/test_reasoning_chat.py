@@ -4,13 +4,13 @@ engine serving the reasoning demo model (and the demo model, which does not reas
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from fakes.slow_steps import slowed_steps
 from npu_console.console.chat_store import export
 from PySide6.QtCore import Qt
 from support.gui import console_window, fresh_chat
@@ -41,31 +41,7 @@ def _send(qtbot, page, text=QUESTION):
     return ids
 
 
-class _Paced:
-    """The engine's stream, one event per 10 ms (a slower engine): the reply then spans
-    several of the bridge's 40 ms flushes however fast this machine decodes (on a quiet one
-    the whole thought arrived in one flush)."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def add_callback(self, fn):
-        def paced(events):
-            for event in events:
-                time.sleep(0.01)
-                fn([event])
-
-        self.handle.add_callback(paced)
-
-    def __getattr__(self, name):
-        return getattr(self.handle, name)
-
-
-def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, qtbot, tmp_path,
-                                                                 monkeypatch):
-    engine = window.ctx.bridge.engine
-    monkeypatch.setattr(engine, "submit", lambda request, _submit=engine.submit:
-                        _Paced(_submit(request)))
+def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, qtbot, tmp_path):
     seen = []  # the bubble as each reasoning flush left it (the page's slot runs first)
 
     def watch(rid, text, n):
@@ -77,7 +53,9 @@ def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, q
 
     window.ctx.bridge.reasoning.connect(watch)
     try:
-        _send(qtbot, chat)
+        # 10 ms a step: on a quiet machine the whole thought otherwise fits in one flush
+        with slowed_steps(window.ctx.bridge.engine):
+            _send(qtbot, chat)
     finally:
         window.ctx.bridge.reasoning.disconnect(watch)
     reply = chat.conv.panes[0].messages[1]
