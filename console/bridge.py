@@ -256,7 +256,9 @@ class EngineBridge(QObject):
 
 
 class _Submitter:
-    """Up to SUBMIT_THREADS threads, started as needed, that run `run(*job)` for queued jobs."""
+    """Up to SUBMIT_THREADS threads, started as needed, that run `run(*job)` for queued jobs.
+    Not a ThreadPoolExecutor: its shutdown either waits with no bound or leaves the threads to
+    end later, and closing the window must end them within its deadline."""
 
     def __init__(self, run: Callable[..., None]):
         self._run = run

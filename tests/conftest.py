@@ -110,14 +110,13 @@ def _closed_windows_deleted():
     yield
     if "PySide6.QtWidgets" not in sys.modules:
         return
+    from npu_console.console.main_window import MainWindow
     from PySide6.QtCore import QCoreApplication, QEvent
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication, QMenu
 
     app = QApplication.instance()
     if app is None:
         return
-    from npu_console.console.main_window import MainWindow
-    from PySide6.QtWidgets import QMenu
 
     # windows first, then pyqtgraph's plot context menus: they have no parent widget, so they
     # outlive their window
