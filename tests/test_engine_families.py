@@ -95,7 +95,7 @@ def test_batched_decode_in_any_slot_order_equals_decoding_alone():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3", "phi3"])
 def test_native_decode_products_keep_greedy_tokens(family):
     """fp32 decode products on the native kernel (engine.runtime.cpu_linear), 12 sequences
     decoding together next to chunked prefills: same greedy tokens as generate, and the model

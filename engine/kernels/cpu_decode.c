@@ -8,11 +8,15 @@
  * the 2-core test machine (docs/benchmarks.md). Here that work is a few microseconds per
  * layer.
  *
- * Semantics are those of engine/runtime/runner.py's BatchedRunner for decode rows: RMSNorm as
- * Hugging Face's LlamaRMSNorm (x * rsqrt(mean(x^2) + eps) * w), optional per-head q/k RMSNorm
- * (Qwen3), rotary embedding in the rotate-half convention with the caller's cos/sin rows, the
- * new K/V written at [slot, kv_head, pos] before attention, single-query attention over
- * positions 0..pos with grouped query heads, SiLU-gated MLP.
+ * Semantics are those of the family modules (engine/runtime/families/) for decode rows:
+ * RMSNorm as Hugging Face's LlamaRMSNorm (x * rsqrt(mean(x^2) + eps) * w; Gemma's (1 + w) is
+ * folded into w by the caller), optional per-head q/k RMSNorm (Qwen3, Gemma 3), rotary
+ * embedding in the rotate-half convention on the first rot_dim values of each head (partial
+ * rotary: Phi-3) with the caller's cos/sin rows (one table per layer kind: Gemma 3's local
+ * and global layers), the new K/V written at [slot, kv_head, pos] before attention,
+ * single-query attention over the layer's window of positions with grouped query heads and
+ * optional tanh soft-capped scores (Gemma 2), optional norms of the attention and MLP outputs
+ * (Gemma's sandwich), and a gated MLP with SiLU or tanh-approximated GELU.
  */
 #include "cpu_gemm.c"
 
@@ -37,12 +41,22 @@ typedef struct {
     const float *in_norm, *post_norm; /* [hidden] */
     const float *q_norm, *k_norm;     /* [head_dim] or NULL */
     float *kc, *vc;                   /* this layer's cache, [slots, kv_heads, max_len, head_dim] */
+    /* Gemma's sandwich: norms of the attention and MLP outputs before each residual add [hidden],
+     * or NULL */
+    const float *attn_out_norm, *mlp_out_norm;
+    int64_t window; /* sliding window: a query sees the keys of its last `window` positions; 0: all */
+    int64_t rope;   /* which of the caller's rotary tables this layer turns with */
 } npc_layer_t;
+
+enum { NPC_SILU = 0, NPC_GELU_TANH = 1 };
 
 typedef struct {
     int64_t hidden, heads, kv_heads, head_dim, inter, max_len;
     float eps, qk_eps, scaling;
     int32_t n_layers;
+    int64_t rot_dim; /* rotary values per head (<= head_dim) */
+    float softcap;   /* attention scores -> tanh(s / cap) * cap; 0: none */
+    int32_t act;     /* NPC_SILU or NPC_GELU_TANH, of the MLP's gate */
 } npc_model_t;
 
 /* scratch for int8 layers' activation rows: int16 values (W8A8, W8A16) and their scales
@@ -143,9 +157,11 @@ static void rmsnorm(const float *x, const float *w, float eps, float *out, int64
     }
 }
 
-/* rotate-half rotary embedding of `heads` heads of one token, in place */
-static void rope(float *x, int64_t heads, int64_t hd, const float *cos, const float *sin) {
-    const int64_t half = hd / 2;
+/* rotate-half rotary embedding of the first rd values of `heads` heads of one token, in
+ * place; cos / sin hold rd values */
+static void rope(float *x, int64_t heads, int64_t hd, int64_t rd, const float *cos,
+                 const float *sin) {
+    const int64_t half = rd / 2;
     for (int64_t h = 0; h < heads; h++) {
         float *v = x + h * hd;
         for (int64_t i = 0; i < half; i++) {
@@ -252,20 +268,26 @@ static void weighted_values(const float *p, float sum, const float *v, int64_t l
     }
 }
 
-/* single-query attention of every (row, query head); p is per-thread scratch of max_len */
+/* single-query attention of every (row, query head) over the layer's window of keys; p is
+ * per-thread scratch of max_len */
 static void attention(const npc_model_t *md, const npc_layer_t *L, const float *q, float *out,
                       int64_t M, const int64_t *slots, const int64_t *pos, float *p_all,
                       int nthreads) {
     const int64_t nh = md->heads, kvh = md->kv_heads, hd = md->head_dim, ml = md->max_len;
     const int64_t group = nh / kvh;
+    const float cap = md->softcap;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && M * nh > 1)
     {
         float *p = p_all + (int64_t)omp_get_thread_num() * ml;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < M * nh; t++) {
-            const int64_t m = t / nh, h = t % nh, g = h / group, len = pos[m] + 1;
-            const int64_t base = ((slots[m] * kvh + g) * ml) * hd;
+            const int64_t m = t / nh, h = t % nh, g = h / group;
+            const int64_t first = L->window && pos[m] + 1 > L->window ? pos[m] + 1 - L->window : 0;
+            const int64_t len = pos[m] + 1 - first;
+            const int64_t base = ((slots[m] * kvh + g) * ml + first) * hd;
             scores(q + (m * nh + h) * hd, L->kc + base, len, hd, md->scaling, p);
+            if (cap > 0.0f)
+                for (int64_t j = 0; j < len; j++) p[j] = tanhf(p[j] / cap) * cap;
             const float sum = softmax_numerators(p, len);
             weighted_values(p, sum, L->vc + base, len, hd, out + (m * nh + h) * hd);
         }
@@ -285,13 +307,33 @@ static void silu_mul(const float *g, float *u, int64_t n) {
     for (; i < n; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
+/* u = GELU(g) * u over n values, GELU in its tanh form as torch's approximate="tanh":
+ * 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), tanh(z) = 1 - 2 / (e^(2z) + 1) */
+static void gelu_tanh_mul(const float *g, float *u, int64_t n) {
+    const float c = 0.7978845608028654f, a = 0.044715f;
+    const __m256 vc = _mm256_set1_ps(c), va = _mm256_set1_ps(a), one = _mm256_set1_ps(1.0f),
+                 two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 z = _mm256_mul_ps(vc, _mm256_fmadd_ps(_mm256_mul_ps(va, gv),
+                                                           _mm256_mul_ps(gv, gv), gv));
+        const __m256 e = exp8_ps(_mm256_mul_ps(two, z));
+        const __m256 th = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+        const __m256 gl = _mm256_mul_ps(_mm256_mul_ps(half, gv), _mm256_add_ps(one, th));
+        _mm256_storeu_ps(u + i, _mm256_mul_ps(_mm256_loadu_ps(u + i), gl));
+    }
+    for (; i < n; i++)
+        u[i] *= 0.5f * g[i] * (1.0f + tanhf(c * (g[i] + a * g[i] * g[i] * g[i])));
+}
+
 static void add_into(float *h, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) h[i] += y[i];
 }
 
 /* Every layer of a decode step: h [M, hidden] is the embedded tokens on entry and the last
  * layer's output (before the final norm) on return. slots/pos: each row's KV slot and
- * position; cos/sin: [M, head_dim] rotary rows. Returns 0, or -1 when scratch memory could
+ * position; cos/sin: [tables, M, rot_dim] rotary rows (layer L turns with table L->rope). Returns 0, or -1 when scratch memory could
  * not be allocated (nothing is written then). */
 int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h, int64_t M,
                       const int64_t *slots, const int64_t *pos, const float *cos,
@@ -328,9 +370,11 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
         linear(&L->v, x, v, M, &s, 1, nt);
         if (L->q_norm) rmsnorm(q, L->q_norm, md->qk_eps, q, M * nh, hd);
         if (L->k_norm) rmsnorm(k, L->k_norm, md->qk_eps, k, M * kvh, hd);
+        const int64_t rd = md->rot_dim;
+        const float *lc = cos + L->rope * M * rd, *ls = sin + L->rope * M * rd;
         for (int64_t m = 0; m < M; m++) {
-            rope(q + m * nh * hd, nh, hd, cos + m * hd, sin + m * hd);
-            rope(k + m * kvh * hd, kvh, hd, cos + m * hd, sin + m * hd);
+            rope(q + m * nh * hd, nh, hd, rd, lc + m * rd, ls + m * rd);
+            rope(k + m * kvh * hd, kvh, hd, rd, lc + m * rd, ls + m * rd);
             for (int64_t g = 0; g < kvh; g++) {
                 const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
                 for (int64_t i = 0; i < hd; i++) {
@@ -341,12 +385,14 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
         }
         attention(md, L, q, att, M, slots, pos, p, nt);
         linear(&L->o, att, y, M, &s, 0, nt);
+        if (L->attn_out_norm) rmsnorm(y, L->attn_out_norm, md->eps, y, M, H);
         add_into(h, y, M * H);
         rmsnorm(h, L->post_norm, md->eps, x, M, H);
         linear(&L->gate, x, y, M, &s, 0, nt);
         linear(&L->up, x, u, M, &s, 1, nt);
-        silu_mul(y, u, M * I);
+        (md->act == NPC_GELU_TANH ? gelu_tanh_mul : silu_mul)(y, u, M * I);
         linear(&L->down, u, y, M, &s, 0, nt);
+        if (L->mlp_out_norm) rmsnorm(y, L->mlp_out_norm, md->eps, y, M, H);
         add_into(h, y, M * H);
     }
     free(buf);

@@ -1,7 +1,10 @@
 """Decode steps of Llama-shaped models on CPU in one native call (npc_decode_layers in
 engine/kernels/cpu_decode.c): norms, q/k/v, rotary, KV write, attention, o, MLP and
 residuals of every layer, with the products on our fp32 / W8A16 (per-channel or per-group
-scales) / W8A8 kernels.
+scales) / W8A8 kernels. The family module says where its parts are (`native_parts`): fused
+projections (Phi-3's qkv_proj and gate_up_proj) are handed over as row ranges of one weight,
+Gemma's (1 + w) norms as w + 1, its sandwich norms, GeGLU, windows, soft-caps and per-kind
+rotary tables as the kernel's switches.
 
 Why: in a batch-1 decode step of the Qwen2.5-0.5B shape the work around the products (~45
 PyTorch ops per layer and ~170 Python-to-kernel crossings) cost 15-20 ms on the 2-core test
@@ -12,7 +15,8 @@ cover, keep the PyTorch path, which stays the reference the tests compare it aga
 
 `plan_for(runner)` returns a DecodePlan, or None with the reason. The plan holds pointers to the
 model's tensors, taken once (as the runner looks its modules up once): weights updated in place
-stay visible, but replacing a module or parameter after the runner is built is not supported.
+stay visible (except Gemma's norm weights, copied as 1 + w), but replacing a module or
+parameter after the runner is built is not supported.
 """
 
 from __future__ import annotations
@@ -36,14 +40,23 @@ class _Linear(ctypes.Structure):
 
 class _Layer(ctypes.Structure):
     _fields_ = [(n, _Linear) for n in ("q", "k", "v", "o", "gate", "up", "down")] + [
-        (n, ctypes.c_void_p) for n in ("in_norm", "post_norm", "q_norm", "k_norm", "kc", "vc")]
+        (n, ctypes.c_void_p) for n in ("in_norm", "post_norm", "q_norm", "k_norm", "kc", "vc",
+                                       "attn_out_norm", "mlp_out_norm")] + [
+        ("window", ctypes.c_int64), ("rope", ctypes.c_int64)]
 
 
 class _Model(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int64) for n in
                 ("hidden", "heads", "kv_heads", "head_dim", "inter", "max_len")] + [
         ("eps", ctypes.c_float), ("qk_eps", ctypes.c_float), ("scaling", ctypes.c_float),
-        ("n_layers", ctypes.c_int32)]
+        ("n_layers", ctypes.c_int32), ("rot_dim", ctypes.c_int64), ("softcap", ctypes.c_float),
+        ("act", ctypes.c_int32)]
+
+
+SILU, GELU_TANH = 0, 1
+# the MLP gate activations the kernel has, by the module class transformers builds
+ACTIVATIONS = {"SiLU": SILU, "SiLUActivation": SILU, "GELUTanh": GELU_TANH,
+               "PytorchGELUTanh": GELU_TANH}
 
 
 class Unsupported(Exception):
@@ -64,21 +77,26 @@ def _fp32_cpu(t: torch.Tensor | None, what: str, shape: tuple | None = None) -> 
     return t
 
 
-def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
+def _linear(mod: Any, n: int, k: int, keep: list, row0: int | None = None) -> _Linear:
     """The descriptor of one projection: a plain fp32 nn.Linear, or an int8 layer (the kernels'
-    Int8Linear, which engine.quant's QuantLinear is) whose plain int8 weight is kept."""
+    Int8Linear, which engine.quant's QuantLinear is) whose plain int8 weight is kept. `row0`:
+    the projection is rows [row0, row0 + n) of a fused module (its weight, scales, bias and
+    weight sums are row-major, so a slice is an offset); None: the whole module."""
     from ..kernels import native
     from ..kernels.int8_linear import Int8Linear
 
     name = type(mod).__name__
-    if (getattr(mod, "out_features", None), getattr(mod, "in_features", None)) != (n, k):
-        raise Unsupported(f"{name} is {getattr(mod, 'out_features', '?')} x "
-                          f"{getattr(mod, 'in_features', '?')}, expected {n} x {k}")
-    bias = _fp32_cpu(getattr(mod, "bias", None), f"{name} bias", (n,))
+    rows = getattr(mod, "out_features", None)
+    if rows is None or getattr(mod, "in_features", None) != k \
+            or (rows != n if row0 is None else row0 + n > rows):
+        raise Unsupported(f"{name} is {rows or '?'} x {getattr(mod, 'in_features', '?')}, "
+                          f"expected {n} x {k}" + (f" from row {row0}" if row0 else ""))
+    row0 = row0 or 0
+    bias = _fp32_cpu(getattr(mod, "bias", None), f"{name} bias", (rows,))
     if type(mod) is torch.nn.Linear:
-        w = _fp32_cpu(mod.weight, "a linear weight", (n, k))
+        w = _fp32_cpu(mod.weight, "a linear weight", (rows, k))
         keep += [w, bias]
-        return _Linear(F32, 0, 0.0, 0, _ptr(w), None, _ptr(bias), n, k)
+        return _Linear(F32, 0, 0.0, 0, _at(w, row0), None, _at(bias, row0), n, k)
     if not isinstance(mod, Int8Linear):
         raise Unsupported(f"{name} layers have no native kernel")
     group = mod.group_size
@@ -88,35 +106,43 @@ def _linear(mod: Any, n: int, k: int, keep: list) -> _Linear:
     if mod.backend != "auto":  # a test or a user pinned this layer's kernel: honour it
         raise Unsupported(f"an int8 layer is pinned to the {mod.backend!r} backend")
     w = mod.weight
-    if w.dtype != torch.int8 or w.device.type != "cpu" or tuple(w.shape) != (n, k) \
+    if w.dtype != torch.int8 or w.device.type != "cpu" or tuple(w.shape) != (rows, k) \
             or not w.is_contiguous():
         raise Unsupported("an int8 layer's plain weight is not kept (packed for another kernel)")
     scale = _fp32_cpu(mod.weight_scale, "an int8 layer's scales",
-                      (n, k // group) if group else (n,))
+                      (rows, k // group) if group else (rows,))
     keep += [w, scale, bias]
+    parts = (_at(w, row0), _at(scale, row0), _at(bias, row0))
     if mod.method == "w8a16":
-        return _Linear(W8A16, 0, 0.0, group, _ptr(w), _ptr(scale), _ptr(bias), n, k)
+        return _Linear(W8A16, 0, 0.0, group, *parts, n, k)
     if mod.method == "w8a8-dynamic" and mod.act_rows == "block":
-        return _Linear(W8A8_BLOCK, 0, 0.0, 0, _ptr(w), _ptr(scale), _ptr(bias), n, k)
+        return _Linear(W8A8_BLOCK, 0, 0.0, 0, *parts, n, k)
     static = mod.method == "w8a8-static"
     wsum = native.weight_sums(w)
     keep.append(wsum)
     return _Linear(W8A8, 0 if static else 1, float(mod.input_scale.item()) if static else 0.0,
-                   0, _ptr(w), _ptr(scale), _ptr(bias), n, k, _ptr(wsum))
+                   0, *parts, n, k, _at(wsum, row0))
 
 
-def _norm(mod: Any, size: int, keep: list) -> tuple[int, float]:
-    """(weight pointer, eps) of a Llama-style RMSNorm (x * rsqrt(mean(x^2) + eps) * weight)."""
+def _at(t: torch.Tensor | None, row: int) -> int | None:
+    """The address of row `row` of a row-major tensor (its first dimension)."""
+    if t is None:
+        return None
+    return t.data_ptr() + row * (t[0].numel() if t.dim() > 1 else 1) * t.element_size()
+
+
+def _norm(mod: Any, size: int, keep: list, offset: float = 0.0) -> tuple[int, float]:
+    """(weight pointer, eps) of an RMSNorm (x * rsqrt(mean(x^2) + eps) * (offset + weight));
+    Gemma's norms scale by (1 + w), handed over as a copy of 1 + w."""
     name = type(mod).__name__
-    if not name.endswith("RMSNorm") or not hasattr(mod, "variance_epsilon"):
-        raise Unsupported(f"norm {name} is not a Llama-style RMSNorm")
+    eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+    if not name.endswith("RMSNorm") or eps is None:
+        raise Unsupported(f"norm {name} is not an RMSNorm")
     w = _fp32_cpu(mod.weight, f"{name} weight", (size,))
+    if offset:
+        w = (w + offset).contiguous()
     keep.append(w)
-    return _ptr(w), float(mod.variance_epsilon)
-
-
-def _is_silu(act: Any) -> bool:
-    return type(act).__name__ in ("SiLU", "SiLUActivation")
+    return _ptr(w), float(eps)
 
 
 @dataclass
@@ -131,7 +157,8 @@ class DecodePlan:
     def run(self, h: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor) -> None:
         """Every layer of a decode step, in place on h [M, hidden] (fp32, contiguous); slots
-        and pos: int64 [M], each row's KV slot and position."""
+        and pos: int64 [M], each row's KV slot and position; cos / sin: [tables, M, rot_dim],
+        the family's rotary tables (DecoderFamily.rotary_tables) in its order."""
         m = h.shape[0]
         slots_t = slots.to(torch.int64).contiguous()
         pos_t = pos.to(torch.int64).contiguous()
@@ -168,48 +195,75 @@ def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
         return None, str(exc)
 
 
+def _layer_norms(d: _Layer, parts: Any, layer: Any, hidden: int, hd: int, keep: list,
+                 offset: float, qk_norm: bool) -> tuple[float, float | None]:
+    """Fill a layer descriptor's norms; returns their eps and the q/k norms' (one each: the
+    kernel takes one of each for the whole model)."""
+    found = {"in_norm": parts.in_norm, "post_norm": parts.post_norm,
+             "attn_out_norm": parts.attn_out_norm, "mlp_out_norm": parts.mlp_out_norm}
+    eps = set()
+    for field, mod in found.items():
+        if mod is not None:
+            ptr, e = _norm(mod, hidden, keep, offset)
+            setattr(d, field, ptr)
+            eps.add(e)
+    qk_eps = None
+    if qk_norm:
+        d.q_norm, e3 = _norm(layer.self_attn.q_norm, hd, keep, offset)
+        d.k_norm, e4 = _norm(layer.self_attn.k_norm, hd, keep, offset)
+        if e3 != e4:
+            raise Unsupported("q/k norms use different eps")
+        qk_eps = e3
+    if len(eps) != 1:
+        raise Unsupported("a layer's norms use different eps")
+    return eps.pop(), qk_eps
+
+
 def _build(runner: Any, lib: Any) -> DecodePlan:
+    fam = runner.family
     cfg = runner.model.config
     hidden = cfg.hidden_size
     nh, kvh, hd = runner.num_heads, runner.num_kv_heads, runner.head_dim
     if hd % 2 or nh % kvh:
         raise Unsupported("head layout not supported")
-    if getattr(cfg, "partial_rotary_factor", 1.0) not in (None, 1.0):
-        raise Unsupported("partial rotary embedding")
+    with torch.inference_mode():
+        probe = fam.rotary_tables(torch.zeros(1, 1, hidden, dtype=runner.dtype),
+                                  torch.zeros(1, dtype=torch.long))
+    rot_dim = probe[0][0].shape[-1]
+    if rot_dim % 2 or rot_dim > hd:
+        raise Unsupported(f"rotary over {rot_dim} of {hd} values per head")
+    offset = fam.norm_offset
     keep: list = [runner.kv.k, runner.kv.v]
     layers = (_Layer * len(runner.layers))()
-    inter = None
+    inter = act = None
     eps = qk_eps = None
     for li, layer in enumerate(runner.layers):
-        a, mlp = layer.self_attn, layer.mlp
-        if not _is_silu(getattr(mlp, "act_fn", None)):
-            raise Unsupported("MLP activation is not SiLU")
-        gate = getattr(mlp, "gate_proj", None)
+        parts = fam.native_parts(layer)
+        kind = ACTIVATIONS.get(type(parts.act).__name__)
+        if kind is None or (act is not None and kind != act):
+            raise Unsupported(f"MLP activation {type(parts.act).__name__} has no native kernel")
+        act = kind
+        gate = parts.gate[0]
         if gate is None:
             raise Unsupported("MLP is not gated")
-        inter = inter or gate.out_features
+        inter = inter or parts.down[0].in_features
         d = layers[li]
-        d.q = _linear(a.q_proj, nh * hd, hidden, keep)
-        d.k = _linear(a.k_proj, kvh * hd, hidden, keep)
-        d.v = _linear(a.v_proj, kvh * hd, hidden, keep)
-        d.o = _linear(a.o_proj, hidden, nh * hd, keep)
-        d.gate = _linear(gate, inter, hidden, keep)
-        d.up = _linear(mlp.up_proj, inter, hidden, keep)
-        d.down = _linear(mlp.down_proj, hidden, inter, keep)
-        d.in_norm, e1 = _norm(layer.input_layernorm, hidden, keep)
-        d.post_norm, e2 = _norm(layer.post_attention_layernorm, hidden, keep)
-        if e1 != e2 or (eps is not None and e1 != eps):
+        for field, (mod, row0), (n, k) in (
+                ("q", parts.q, (nh * hd, hidden)), ("k", parts.k, (kvh * hd, hidden)),
+                ("v", parts.v, (kvh * hd, hidden)), ("o", parts.o, (hidden, nh * hd)),
+                ("gate", parts.gate, (inter, hidden)), ("up", parts.up, (inter, hidden)),
+                ("down", parts.down, (hidden, inter))):
+            setattr(d, field, _linear(mod, n, k, keep, row0))
+        e, qe = _layer_norms(d, parts, layer, hidden, hd, keep, offset, runner.has_qk_norm)
+        if (eps is not None and e != eps) or (qk_eps is not None and qe != qk_eps):
             raise Unsupported("layers use different norm eps")
-        eps = e1
-        if runner.has_qk_norm:
-            d.q_norm, e3 = _norm(a.q_norm, hd, keep)
-            d.k_norm, e4 = _norm(a.k_norm, hd, keep)
-            if e3 != e4 or (qk_eps is not None and e3 != qk_eps):
-                raise Unsupported("q/k norms use different eps")
-            qk_eps = e3
+        eps, qk_eps = e, qe
         d.kc = runner.kv.k[li].data_ptr()
         d.vc = runner.kv.v[li].data_ptr()
+        d.window = fam.windows[li] or 0
+        d.rope = fam.rope_table_of[li]
     model = _Model(hidden, nh, kvh, hd, inter, runner.max_len, eps, qk_eps or 0.0,
-                   float(runner.scaling), len(runner.layers))
-    norm = _norm(runner.inner.norm, hidden, keep)
+                   float(runner.scaling), len(runner.layers), rot_dim,
+                   float(fam.attn_softcap or 0.0), act)
+    norm = _norm(runner.inner.norm, hidden, keep, offset)
     return DecodePlan(model, layers, keep, lib.npc_decode_layers, norm, lib.npc_rmsnorm)

@@ -121,9 +121,6 @@ class BatchedRunner:
         elif not fam.native_decode:
             self.decode_plan, self.decode_plan_reason = (
                 None, f"the native step does not cover the {fam.name} family")
-        elif any(fam.windows):
-            self.decode_plan, self.decode_plan_reason = (
-                None, "sliding-window layers shorter than a slot")
         else:
             self.decode_plan, self.decode_plan_reason = native_decode.plan_for(self)
         if self.decode_plan is None:
@@ -180,8 +177,10 @@ class BatchedRunner:
         """A step of decode rows only (one token per sequence, all sampling) in one native
         call; the same result as the family's forward, up to float summation order."""
         h = self.family.embed(ids_t)[0].contiguous()  # [N, H] float32
-        cos, sin = self.inner.rotary_emb(h[None], pos_t[None])
-        self.decode_plan.run(h, slot_t, pos_t, cos[0], sin[0])
+        tables = self.family.rotary_tables(h[None], pos_t)
+        cos = torch.stack([c[:, 0] for c, _ in tables])
+        sin = torch.stack([s[:, 0] for _, s in tables])
+        self.decode_plan.run(h, slot_t, pos_t, cos, sin)
         return self.family.cap(self.family.head_fn(self.decode_plan.final_norm(h)).float())
 
 

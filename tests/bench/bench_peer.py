@@ -4,6 +4,8 @@
         [--llama-bin /tmp/llama-cpp/build/bin] [--variants w8a16,w8a8-dynamic] [--rounds 3] \\
         [--append-docs docs/benchmarks.md]
     python tests/bench/bench_peer.py --random-shape qwen2.5-0.5b [...]   # or --model /tmp/qwen05b-random
+    python tests/bench/bench_peer.py --model /tmp/gemma3-270m-q8_0.gguf --variants load-int8
+        # a Q8_0 GGUF (tests/bench/random_gguf.py --q8-0 SHAPE) as it is, by both engines
 
 llama.cpp's tools come from ../shared/tools/build_llama_cpp.sh (or --llama-bin). From one model
 (a GGUF, or a Hugging Face folder that llama.cpp's own convert_hf_to_gguf.py turns into one) it
@@ -90,12 +92,25 @@ def llama_prefill(bin_dir: Path, q8: Path, n: int, threads: int) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["avg_ts"])
 
 
+# a variant that quantizes nothing: the GGUF's own blocks loaded as INT8 (Q8_0 -> grouped W8A16)
+LOAD_INT8 = "load-int8"
+
+
 def ours(model: Path, quant: str, batch: int, input_len: int, output_len: int,
          threads: int) -> dict:
+    how = ["--load-as", "int8"] if quant == LOAD_INT8 else ["--quant", quant]
     out = run([sys.executable, "-m", "npu_console.cli.main", "bench", "offline", "--model", model,
-               "--quant", quant, "--batch-sizes", batch, "--input-len", input_len,
+               *how, "--batch-sizes", batch, "--input-len", input_len,
                "--output-len", output_len, "--threads", threads, "--json"])
     return json.loads(out)["batches"][0]
+
+
+def is_q8_0(gguf_file: Path) -> bool:
+    """Whether a GGUF is already llama.cpp's Q8_0 (then both engines read it as it is)."""
+    import gguf
+
+    field = gguf.GGUFReader(gguf_file).fields.get("general.file_type")
+    return field is not None and int(field.contents()) == int(gguf.LlamaFileType.MOSTLY_Q8_0)
 
 
 def median_table(samples: dict) -> dict:
@@ -110,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="make this shape with random float32 weights and run it on both engines")
     p.add_argument("--seed", type=int, default=0, help="weights seed for --random-shape")
     p.add_argument("--llama-bin", type=Path, default=Path("/tmp/llama-cpp/build/bin"))
-    p.add_argument("--variants", default="w8a16,w8a8-dynamic")
+    p.add_argument("--variants", default="w8a16,w8a8-dynamic",
+                   help=f"our quantization methods, and/or {LOAD_INT8} (a GGUF's blocks as INT8)")
     p.add_argument("--batches", default="1,8,16")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prefill", type=int, default=512)
@@ -139,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         # the random model's GGUF has a placeholder vocabulary, so our engine runs its folder
         ours_model = src if src.is_dir() and needs_own_writer(src) else model
         q8 = work / "q8_0.gguf"
-        run([args.llama_bin / "llama-quantize", "--allow-requantize", model, q8, "Q8_0",
-             args.threads])
+        if model.suffix == ".gguf" and is_q8_0(model):
+            q8 = model
+        else:
+            run([args.llama_bin / "llama-quantize", "--allow-requantize", model, q8, "Q8_0",
+                 args.threads])
         samples: dict[tuple, list[float]] = {}
         t0 = time.monotonic()
         for r in range(args.rounds):

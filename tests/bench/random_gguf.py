@@ -151,7 +151,15 @@ SHAPES = {
                          "vocab": 128256, "tied": True, "ctx": 131072, "theta": 5e5, "eps": 1e-5},
     "llama-2-7b": {"arch": "llama", "hidden": 4096, "layers": 32, "heads": 32, "kv": 32, "inter": 11008,
                        "vocab": 32000, "tied": False, "ctx": 4096, "theta": 1e4, "eps": 1e-5},
+    # Gemma 3 270M (issue 31's family): heads of 256 wider than hidden / heads, q/k norms,
+    # sandwich norms, 512-token windows on five layers of six (llama.cpp's and transformers'
+    # default pattern), local rotary theta 10k (both readers' default), global 1M
+    "gemma3-270m": {"arch": "gemma3", "hidden": 640, "layers": 18, "heads": 4, "kv": 1,
+                    "head_dim": 256, "inter": 2048, "vocab": 262144, "tied": True,
+                    "ctx": 32768, "theta": 1e6, "eps": 1e-6, "window": 512},
 }
+
+ARCHS = {"qwen2": "QWEN2", "llama": "LLAMA", "gemma3": "GEMMA3"}
 
 
 def _q8_0_random(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
@@ -174,19 +182,25 @@ def write_random_q8_0(shape: str, out: str | Path, seed: int = 0,
 
     s, out = SHAPES[shape], Path(out)
     rng = np.random.default_rng(seed)
-    arch = gguf.MODEL_ARCH.QWEN2 if s["arch"] == "qwen2" else gguf.MODEL_ARCH.LLAMA
-    h, kv_dim = s["hidden"], s["kv"] * (s["hidden"] // s["heads"])
+    arch = getattr(gguf.MODEL_ARCH, ARCHS[s["arch"]])
+    h = s["hidden"]
+    hd = s.get("head_dim", h // s["heads"])
+    q_dim, kv_dim = s["heads"] * hd, s["kv"] * hd
     plan: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (s["vocab"], h))]
     for i in range(s["layers"]):
         b = f"blk.{i}."
-        plan += [(b + "attn_norm.weight", (h,)), (b + "attn_q.weight", (h, h)),
+        plan += [(b + "attn_norm.weight", (h,)), (b + "attn_q.weight", (q_dim, h)),
                  (b + "attn_k.weight", (kv_dim, h)), (b + "attn_v.weight", (kv_dim, h)),
-                 (b + "attn_output.weight", (h, h)), (b + "ffn_norm.weight", (h,)),
+                 (b + "attn_output.weight", (h, q_dim)), (b + "ffn_norm.weight", (h,)),
                  (b + "ffn_gate.weight", (s["inter"], h)), (b + "ffn_up.weight", (s["inter"], h)),
                  (b + "ffn_down.weight", (h, s["inter"]))]
         if s["arch"] == "qwen2":
             plan += [(b + "attn_q.bias", (h,)), (b + "attn_k.bias", (kv_dim,)),
                      (b + "attn_v.bias", (kv_dim,))]
+        if s["arch"] == "gemma3":  # norms stored as 1 + w (ones: w = 0)
+            plan += [(b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,)),
+                     (b + "post_attention_norm.weight", (h,)),
+                     (b + "post_ffw_norm.weight", (h,))]
     plan.append(("output_norm.weight", (h,)))
     if not s["tied"]:
         plan.append(("output.weight", (s["vocab"], h)))
@@ -198,8 +212,12 @@ def write_random_q8_0(shape: str, out: str | Path, seed: int = 0,
     w.add_feed_forward_length(s["inter"])
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv"])
-    w.add_rope_dimension_count(h // s["heads"])
+    w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(s["theta"])
+    if s["arch"] == "gemma3":
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_sliding_window(s["window"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     vocab = s["vocab"]

@@ -11,6 +11,7 @@ once, so a model is quantized before it is served, not while.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -19,15 +20,40 @@ from .. import cpu_linear
 from .attention import StepLayout, apply_rope, attend
 
 
+@dataclass(frozen=True)
+class NativeParts:
+    """Where the native decode step (engine.runtime.native_decode) finds one layer's parts:
+    each projection as (module, first row), the first row None for a whole module and a number
+    for a slice of a fused one; the norm before attention, the one before the MLP, and the
+    optional norms of the attention and MLP outputs (Gemma's sandwich); the MLP's gate
+    activation module."""
+
+    q: tuple
+    k: tuple
+    v: tuple
+    o: tuple
+    gate: tuple
+    up: tuple
+    down: tuple
+    in_norm: Any
+    post_norm: Any
+    act: Any
+    attn_out_norm: Any = None
+    mlp_out_norm: Any = None
+
+
 class DecoderFamily:
     """A Llama-shaped causal LM: model.model.{embed_tokens, layers, norm, rotary_emb} and
     model.lm_head; each layer self_attn.{q,k,v,o}_proj (+ q_norm / k_norm), mlp,
     input_layernorm, post_attention_layernorm."""
 
     name: ClassVar[str] = "llama"
-    # the native decode step (engine/kernels/cpu_decode.c) computes exactly this family's
-    # math: RMSNorm, rotate-half rotary, GQA, optional q/k/v bias and q/k norm, SiLU-gated MLP
+    # the native decode step (engine/kernels/cpu_decode.c) computes this family's math:
+    # RMSNorm, rotate-half rotary (full or partial), GQA, windows, optional q/k/v bias, q/k
+    # norm, soft-capped scores and sandwich norms, SiLU- or GELU-gated MLP (native_parts)
     native_decode: ClassVar[bool] = True
+    # RMSNorm scales by (norm_offset + w): 1 for Gemma
+    norm_offset: ClassVar[float] = 0.0
 
     def __init__(self, model: Any, max_len: int):
         self.model = model
@@ -83,11 +109,29 @@ class DecoderFamily:
                                                              a.o_proj)),
                 cpu_linear.mlp_fn(layer.mlp, native))
 
-    def rotary(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
-        """(cos, sin) [N, 1, rd] per layer (one table shared by all)."""
+    def rotary_tables(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
+        """The distinct rotary tables, (cos, sin) [N, 1, rd] each: one shared by all layers."""
         cos, sin = self.inner.rotary_emb(h, pos_t[None])
-        pair = (cos[0][:, None, :], sin[0][:, None, :])
-        return [pair] * len(self.layers)
+        return [(cos[0][:, None, :], sin[0][:, None, :])]
+
+    @property
+    def rope_table_of(self) -> list[int]:
+        """Which of rotary_tables each layer turns with."""
+        return [0] * len(self.layers)
+
+    def rotary(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
+        """(cos, sin) [N, 1, rd] per layer."""
+        tables = self.rotary_tables(h, pos_t)
+        return [tables[i] for i in self.rope_table_of]
+
+    def native_parts(self, layer: Any) -> NativeParts:
+        a, mlp = layer.self_attn, layer.mlp
+        return NativeParts(*((m, None) for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj,
+                                                 getattr(mlp, "gate_proj", None), mlp.up_proj,
+                                                 mlp.down_proj)),
+                           in_norm=layer.input_layernorm,
+                           post_norm=layer.post_attention_layernorm,
+                           act=getattr(mlp, "act_fn", None))
 
     def qkv(self, li: int, x: torch.Tensor, n_tok: int) -> tuple:
         q_proj, k_proj, v_proj = self.calls[li][:3]

@@ -2,22 +2,22 @@
 and the MLP, embeddings scaled by sqrt(hidden), attention scores and final logits soft-capped
 with tanh, and sliding-window layers alternating with full ones (config.layer_types). The norms,
 the MLP and the scaled embedding are the model's own modules; attention is the shared piece with
-the window and the cap switched on. Not on the native decode step (its kernel has neither
-(1 + w) norms, GeGLU nor caps)."""
+the window and the cap switched on. On the native decode step with its norms as 1 + w, the
+sandwich norms, GELU and the cap switched on."""
 
 from __future__ import annotations
 
 import torch
 
 from .attention import StepLayout
-from .base import DecoderFamily
+from .base import DecoderFamily, NativeParts
 
 ARCHITECTURES = ("Gemma2ForCausalLM",)
 
 
 class Family(DecoderFamily):
     name = "gemma2"
-    native_decode = False
+    norm_offset = 1.0
 
     def layer(self, li: int, h: torch.Tensor, step: StepLayout, rope: tuple,
               kv: tuple) -> torch.Tensor:
@@ -27,3 +27,12 @@ class Family(DecoderFamily):
         h = h + layer.post_attention_layernorm(a)
         m = self.calls[li][4](layer.pre_feedforward_layernorm(h))
         return h + layer.post_feedforward_layernorm(m)
+
+    def native_parts(self, layer) -> NativeParts:
+        a, mlp = layer.self_attn, layer.mlp
+        return NativeParts(*((m, None) for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj,
+                                                 mlp.gate_proj, mlp.up_proj, mlp.down_proj)),
+                           in_norm=layer.input_layernorm,
+                           post_norm=layer.pre_feedforward_layernorm, act=mlp.act_fn,
+                           attn_out_norm=layer.post_attention_layernorm,
+                           mlp_out_norm=layer.post_feedforward_layernorm)

@@ -20,9 +20,17 @@ class Family(gemma2.Family):
             return "bidirectional attention (an embedding model, not a causal LM)"
         return super().check()
 
-    def rotary(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
-        tables = {}
-        for kind in set(self.cfg.layer_types):
+    def _kinds(self) -> list[str]:
+        return sorted(set(self.cfg.layer_types))
+
+    def rotary_tables(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
+        out = []
+        for kind in self._kinds():
             cos, sin = self.inner.rotary_emb(h, pos_t[None], kind)
-            tables[kind] = (cos[0][:, None, :], sin[0][:, None, :])
-        return [tables[self.cfg.layer_types[li]] for li in range(len(self.layers))]
+            out.append((cos[0][:, None, :], sin[0][:, None, :]))
+        return out
+
+    @property
+    def rope_table_of(self) -> list[int]:
+        kinds = self._kinds()
+        return [kinds.index(self.cfg.layer_types[li]) for li in range(len(self.layers))]

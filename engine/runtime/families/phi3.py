@@ -1,21 +1,20 @@
 """Phi-3 / Phi-3.5 / Phi-4-mini: Llama with q, k and v in one fused projection (qkv_proj), gate
 and up in one (gate_up_proj, the module's own SwiGLU), and partial rotary (only the first
-partial_rotary_factor of each head turns; attention.apply_rope). Not on the native decode
-step (its kernel reads separate q/k/v and gate/up weights)."""
+partial_rotary_factor of each head turns; attention.apply_rope). On the native decode step
+the fused projections are handed over as row ranges of their weights."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import cpu_linear
-from .base import DecoderFamily
+from .base import DecoderFamily, NativeParts
 
 ARCHITECTURES = ("Phi3ForCausalLM",)
 
 
 class Family(DecoderFamily):
     name = "phi3"
-    native_decode = False
 
     def layer_linears(self, layer) -> list:
         a, mlp = layer.self_attn, layer.mlp
@@ -32,3 +31,12 @@ class Family(DecoderFamily):
         return (qkv[:, :nq].reshape(n_tok, self.num_heads, self.head_dim),
                 qkv[:, nq:nq + nk].reshape(n_tok, self.num_kv_heads, self.head_dim),
                 qkv[:, nq + nk:].reshape(n_tok, self.num_kv_heads, self.head_dim))
+
+    def native_parts(self, layer) -> NativeParts:
+        a, mlp = layer.self_attn, layer.mlp
+        nq, nk = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        inter = mlp.down_proj.in_features
+        return NativeParts((a.qkv_proj, 0), (a.qkv_proj, nq), (a.qkv_proj, nq + nk),
+                           (a.o_proj, None), (mlp.gate_up_proj, 0), (mlp.gate_up_proj, inter),
+                           (mlp.down_proj, None), in_norm=layer.input_layernorm,
+                           post_norm=layer.post_attention_layernorm, act=mlp.activation_fn)
