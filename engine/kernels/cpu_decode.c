@@ -20,6 +20,8 @@
  */
 #include "cpu_gemm.c"
 
+#include <string.h>
+
 /* NPC_W8A8_BLOCK: int8 activations with one scale per block of 32 (cpu_gemm.c blockint8_rows)
  * on the W8A16 block product */
 enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2, NPC_W8A8_BLOCK = 3 };
@@ -195,6 +197,15 @@ static inline __m256 exp8_ps(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+/* tanh of 8 floats as 1 - 2 / (e^(2z) + 1) on exp8_ps: the same bits on every build (libm's
+ * tanhf may differ between x86 and aarch64 in the last place, and the builds are compared bit
+ * for bit); absolute error a few 1e-7, where the result is small too */
+static inline __m256 tanh8_ps(__m256 z) {
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 e = exp8_ps(_mm256_mul_ps(two, z));
+    return _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+}
+
 /* the sums of four vectors, as lanes 0..3 */
 static inline __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
     const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -268,6 +279,22 @@ static void weighted_values(const float *p, float sum, const float *v, int64_t l
     }
 }
 
+/* p[j] = tanh(p[j] / cap) * cap over n values; the last partial 8 through a padded copy, so
+ * every value takes the vector path */
+static void soft_cap(float *p, int64_t n, float cap) {
+    const __m256 c = _mm256_set1_ps(cap);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(p + j, _mm256_mul_ps(tanh8_ps(_mm256_div_ps(_mm256_loadu_ps(p + j), c)),
+                                              c));
+    if (j < n) {
+        float t[8] = {0};
+        memcpy(t, p + j, (size_t)(n - j) * sizeof(float));
+        _mm256_storeu_ps(t, _mm256_mul_ps(tanh8_ps(_mm256_div_ps(_mm256_loadu_ps(t), c)), c));
+        memcpy(p + j, t, (size_t)(n - j) * sizeof(float));
+    }
+}
+
 /* single-query attention of every (row, query head) over the layer's window of keys; p is
  * per-thread scratch of max_len */
 static void attention(const npc_model_t *md, const npc_layer_t *L, const float *q, float *out,
@@ -286,8 +313,7 @@ static void attention(const npc_model_t *md, const npc_layer_t *L, const float *
             const int64_t len = pos[m] + 1 - first;
             const int64_t base = ((slots[m] * kvh + g) * ml + first) * hd;
             scores(q + (m * nh + h) * hd, L->kc + base, len, hd, md->scaling, p);
-            if (cap > 0.0f)
-                for (int64_t j = 0; j < len; j++) p[j] = tanhf(p[j] / cap) * cap;
+            if (cap > 0.0f) soft_cap(p, len, cap);
             const float sum = softmax_numerators(p, len);
             weighted_values(p, sum, L->vc + base, len, hd, out + (m * nh + h) * hd);
         }
@@ -307,24 +333,29 @@ static void silu_mul(const float *g, float *u, int64_t n) {
     for (; i < n; i++) u[i] *= g[i] / (1.0f + expf(-g[i]));
 }
 
+/* u = GELU(g) * u over 8 values (a lane-wise step of gelu_tanh_mul) */
+static inline void gelu_tanh_mul8(const float *g, float *u) {
+    const __m256 c = _mm256_set1_ps(0.7978845608028654f), a = _mm256_set1_ps(0.044715f),
+                 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 gv = _mm256_loadu_ps(g);
+    const __m256 z = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(a, gv),
+                                                      _mm256_mul_ps(gv, gv), gv));
+    const __m256 gl = _mm256_mul_ps(_mm256_mul_ps(half, gv), _mm256_add_ps(one, tanh8_ps(z)));
+    _mm256_storeu_ps(u, _mm256_mul_ps(_mm256_loadu_ps(u), gl));
+}
+
 /* u = GELU(g) * u over n values, GELU in its tanh form as torch's approximate="tanh":
- * 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), tanh(z) = 1 - 2 / (e^(2z) + 1) */
+ * 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))); the last partial 8 through padded copies */
 static void gelu_tanh_mul(const float *g, float *u, int64_t n) {
-    const float c = 0.7978845608028654f, a = 0.044715f;
-    const __m256 vc = _mm256_set1_ps(c), va = _mm256_set1_ps(a), one = _mm256_set1_ps(1.0f),
-                 two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 gv = _mm256_loadu_ps(g + i);
-        const __m256 z = _mm256_mul_ps(vc, _mm256_fmadd_ps(_mm256_mul_ps(va, gv),
-                                                           _mm256_mul_ps(gv, gv), gv));
-        const __m256 e = exp8_ps(_mm256_mul_ps(two, z));
-        const __m256 th = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
-        const __m256 gl = _mm256_mul_ps(_mm256_mul_ps(half, gv), _mm256_add_ps(one, th));
-        _mm256_storeu_ps(u + i, _mm256_mul_ps(_mm256_loadu_ps(u + i), gl));
+    for (; i + 8 <= n; i += 8) gelu_tanh_mul8(g + i, u + i);
+    if (i < n) {
+        float gt[8] = {0}, ut[8] = {0};
+        memcpy(gt, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
+        gelu_tanh_mul8(gt, ut);
+        memcpy(u + i, ut, (size_t)(n - i) * sizeof(float));
     }
-    for (; i < n; i++)
-        u[i] *= 0.5f * g[i] * (1.0f + tanhf(c * (g[i] + a * g[i] * g[i] * g[i])));
 }
 
 static void add_into(float *h, const float *y, int64_t n) {

@@ -107,9 +107,12 @@ static npc_linear_t make_linear(int kind, int64_t n, int64_t k, int group, int p
 }
 
 static int decode(const char *out_path) {
-    const npc_model_t md = {.hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16,
+    /* rotary on 12 of 16 values per head (partial), soft-capped scores; the second step's MLP
+     * gates with GELU (tanh) instead of SiLU */
+    npc_model_t md = {.hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16,
                             .inter = 96, .max_len = 24, .eps = 1e-5f, .qk_eps = 1e-6f,
-                            .scaling = 0.25f, .n_layers = 2};
+                            .scaling = 0.25f, .n_layers = 2, .rot_dim = 12, .softcap = 3.0f,
+                            .act = NPC_SILU};
     const int64_t H = md.hidden, hd = md.head_dim, kvh = md.kv_heads, ml = md.max_len;
     const int64_t M = 3, slots = 3, qd = md.heads * hd, kvd = kvh * hd;
     npc_layer_t layers[2];
@@ -129,6 +132,11 @@ static int decode(const char *out_path) {
         L->k_norm = li ? floats(hd, 1.5f) : NULL;
         L->kc = floats(slots * kvh * ml * hd, 1.0f);
         L->vc = floats(slots * kvh * ml * hd, 1.0f);
+        /* layer 1 as Gemma's: sandwich norms, a 4-token window, the second rotary table */
+        L->attn_out_norm = li ? floats(H, 1.5f) : NULL;
+        L->mlp_out_norm = li ? floats(H, 1.5f) : NULL;
+        L->window = li ? 4 : 0;
+        L->rope = li;
     }
     float *h = floats(M * H, 3.0f);
     const int64_t slot[3] = {2, 0, 1};
@@ -136,7 +144,8 @@ static int decode(const char *out_path) {
     if (!out) return 2;
     for (int step = 0; step < 2; step++) {
         const int64_t pos[3] = {5 + step, 0 + step, 17 + step};
-        float *cs = floats(M * hd, 1.0f), *sn = floats(M * hd, 1.0f);
+        md.act = step ? NPC_GELU_TANH : NPC_SILU;
+        float *cs = floats(2 * M * md.rot_dim, 1.0f), *sn = floats(2 * M * md.rot_dim, 1.0f);
         const int32_t rc = npc_decode_layers(&md, layers, h, M, slot, pos, cs, sn, 2);
         fwrite(&rc, 4, 1, out);
         fwrite(h, 4, (size_t)(M * H), out);
