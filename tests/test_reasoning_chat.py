@@ -41,6 +41,17 @@ def _send(qtbot, page, text=QUESTION):
     return ids
 
 
+def test_a_stale_model_list_keeps_the_models_and_the_pick(window, chat, qtbot):
+    """Two loads finishing on two threads can deliver the older snapshot of the model list
+    last; the boxes must keep every loaded model and the user's pick (a stale [demo] once
+    left the box with demo alone, and the chat answered from it)."""
+    host = window.ctx.engine_host
+    host.models_changed.emit([m for m in host.models() if m.name == "demo"])
+    qtbot.wait(50)
+    assert chat.model_a.findText("think") >= 0 and chat.model_a.findText("demo") >= 0
+    assert chat.model_a.currentText() == "think"
+
+
 def test_thinking_block_streams_live_then_folds_above_the_answer(window, chat, qtbot, tmp_path):
     seen = []  # the bubble as each reasoning flush left it (the page's slot runs first)
 
