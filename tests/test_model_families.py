@@ -135,7 +135,9 @@ def test_int8_methods_match_the_quantized_model(family, method):
     from npu_console.engine.quant.config import QuantConfig
 
     model = tiny(family, **OVERRIDES.get(family, {})).model
-    quantize_model(model, QuantConfig(method=method, int8_head=True))
+    info = quantize_model(model, QuantConfig(method=method, int8_head=True))
+    if family.endswith("_moe"):  # the routed experts are int8 as well (4 in each of 2 layers)
+        assert sum(".mlp.experts." in n for n in info.quantized) == 2 * 4 * 3
     runner = make_runner(model, num_slots=2, max_len=64)
     assert runner.path_kind == "batched"
     g = torch.Generator().manual_seed(4)

@@ -26,7 +26,8 @@ def _folder(tmp_path, family, **kw):
     return loaded, d
 
 
-@pytest.mark.parametrize("family", ["gemma3", "gemma2", "qwen2", "phi3"])
+@pytest.mark.parametrize("family", ["gemma3", "gemma2", "qwen2", "phi3", "qwen2_moe",
+                                    "qwen3_moe"])
 def test_defaults_quantize_every_family_with_an_int8_head(tmp_path, family):
     from npu_console.engine.models import load_model
     from npu_console.engine.quant.qlinear import QuantEmbedding
@@ -40,6 +41,9 @@ def test_defaults_quantize_every_family_with_an_int8_head(tmp_path, family):
     assert embedding_scale(emb) == (pytest.approx(math.sqrt(64)) if scaled else 1.0)
     res = run_workflow(QuantizeRequest(model_dir=str(d), out_dir=str(tmp_path / "q")))
     assert res.info.int8_head and res.head.reason.startswith("auto: head =")
+    # every routed expert's three projections are int8 too (4 experts in each of 2 layers)
+    experts = [n for n in res.info.quantized if ".mlp.experts." in n]
+    assert len(experts) == (2 * 4 * 3 if family.endswith("_moe") else 0)
     q = load_model(tmp_path / "q", device="cpu", dtype="float32", name="q")
     qemb = q.model.get_input_embeddings()
     assert isinstance(qemb, QuantEmbedding)

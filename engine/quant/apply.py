@@ -46,8 +46,10 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
     calibration when config.needs_calibration. A searched `recipe` (engine.quant.recipe)
     replaces the global SmoothQuant alpha with its per-input alphas, clips static input
     ranges and keeps its `keep_float` layers float; its stats are the sink-free ones."""
+    from ..models.experts import unroll_experts
     from .smooth import smooth_model
 
+    unroll_experts(model)  # routed experts' 3-D tables become nn.Linear layers to quantize
     sel = select_layers(model, config)
     candidates = set(sel.quantize)  # smoothing covers layers kept float too (exact in float)
     if recipe is not None and recipe.keep_float:
@@ -55,6 +57,11 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
                         sel.skipped + [n for n in sel.quantize if n in recipe.keep_float])
     if (config.needs_calibration or recipe is not None) and not stats:
         raise QuantError(f"{config.method} with these options needs calibration statistics")
+    if config.method == "w8a8-static":
+        # a routed expert that no calibration token chose has no input range: it stays float
+        # (every other layer without data is an error below)
+        unrouted = [n for n in sel.quantize if n not in stats and _is_expert(model, n)]
+        sel = type(sel)([n for n in sel.quantize if n not in unrouted], sel.skipped + unrouted)
     if getattr(model, "npu_quant", None) is not None:
         raise QuantError("the model is already quantized")
     # a layer whose input size is not a multiple of the group (SmolLM2's 576 at group 128, the
@@ -101,6 +108,12 @@ def quantize_model(model: Any, config: QuantConfig, stats: dict[str, ActStats] |
                      group_fallback=fallback)
     model.npu_quant = info
     return info
+
+
+def _is_expert(model: Any, name: str) -> bool:
+    from ..models.experts import ExpertMLP
+
+    return isinstance(model.get_submodule(name.rpartition(".")[0]), ExpertMLP)
 
 
 def _module_name(model: Any, module: Any) -> str:

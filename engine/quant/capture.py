@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..models.experts import ExpertMLP
 from .calib import ActStats, Progress, run_samples
 
 
@@ -63,10 +64,16 @@ def capture(model: Any, samples: list[torch.Tensor], names: list[str],
     gen = torch.Generator().manual_seed(0)
     current: dict[str, torch.Tensor] = {}  # sink mask of the sample being run
 
+    mods = dict(model.named_modules())
+
     def make_hook(key: str):
+        # a routed expert sees only the rows sent to it: its share of the sink mask
+        expert = mods.get(key.rpartition(".")[0])
+        expert = expert if isinstance(expert, ExpertMLP) else None
+
         def hook(_mod, args):
             x = args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()
-            sink = current["sink"]
+            sink = current["sink"] if expert is None else current["sink"][expert.rows]
             body = x[~sink]
             c = caps.get(key)
             if c is None:
@@ -94,7 +101,6 @@ def capture(model: Any, samples: list[torch.Tensor], names: list[str],
         current["sink"] = sink
         return ids.reshape(1, -1)
 
-    mods = dict(model.named_modules())
     body_mod = getattr(model, "model", None)
     runner = body_mod if isinstance(body_mod, torch.nn.Module) else model
     run_samples(model, runner, samples, {mods[k]: make_hook(k) for k in groups}, prepare,

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..models.experts import unroll_experts
 from .apply import QuantInfo, quant_modules, set_module
 from .config import FORMATS, QuantError
 from .qlinear import QuantLinear
@@ -275,6 +276,8 @@ def _skeleton(path: Path, dtype: torch.dtype) -> Any:
 
     with MODEL_BUILD_LOCK, no_init_weights():  # module-global state: one build at a time
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    # our exports store routed experts one linear each (engine.quant unrolled them to quantize)
+    unroll_experts(model)
     return model
 
 

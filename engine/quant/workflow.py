@@ -250,7 +250,10 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
         loaded = load_float(req.model_dir, req.device, req.dtype, cancel)
     elif getattr(loaded, "quantization", None):
         raise QuantError(f"{loaded.name} is already quantized ({loaded.quantization})")
+    from ..models.experts import unroll_experts
     from .evaluate import weight_bytes
+
+    unroll_experts(loaded.model)  # before calibration: its hooks must see every expert
     from .head import share_of_model, unsupported
 
     # before any calibration: an impossible --int8-head on fails here, auto never picks it
