@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 
 from .threads import start_thread
 
@@ -46,11 +46,16 @@ class EngineHost(QObject):
     engine_failed = Signal(str)
     engine_starting = Signal()
     device_changed = Signal(str)
-    models_changed = Signal(list)  # list[ModelInfo]
+    # list[ModelInfo], always read on the GUI thread as it is delivered (see _models_dirty)
+    models_changed = Signal(list)
     load_started = Signal(object)  # LoadJob
     load_progress = Signal(int, float, str)  # job id, fraction 0..1, stage
     load_finished = Signal(int, object, str)  # job id, ModelInfo | None, error ("" when ok)
     engine_restarted = Signal(str)  # "" when a crashed engine serves again, else the error
+    # Worker threads say only that the list changed. A list read on a worker could be older
+    # than one another worker read and delivered first (two loads ending together once left
+    # the chat with a stale [demo]); read on the GUI thread on delivery, the last is newest.
+    _models_dirty = Signal()
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -65,6 +70,7 @@ class EngineHost(QObject):
         self._closing = False
         self._started = False
         self.start_error: str | None = None
+        self._models_dirty.connect(self._announce_models, Qt.QueuedConnection)
 
     # ------------------------------------------------------------------ engine
 
@@ -173,7 +179,7 @@ class EngineHost(QObject):
             return  # the window is gone (or going): its signals may already be deleted
         try:
             self.load_finished.emit(job.job_id, info, error)
-            self.models_changed.emit(self.models())
+            self._models_dirty.emit()
         except RuntimeError:  # deleted between the check and the emit, during shutdown
             log.debug("load %s finished after the console closed", job.path)
 
@@ -200,13 +206,17 @@ class EngineHost(QObject):
         self.load_progress.emit(job.job_id, 1.0, "done")
         return next((m for m in self.engine.models() if m.name == job.name), None)
 
+    def _announce_models(self) -> None:
+        if not self._closing:
+            self.models_changed.emit(self.models())
+
     def unload(self, name: str) -> None:
         def work():
             try:
                 self.engine.unload(name).result(timeout=30)
             except Exception as exc:  # noqa: BLE001
                 log.warning("unload %s: %s", name, exc)
-            self.models_changed.emit(self.models())
+            self._models_dirty.emit()
 
         self._spawn(work, f"unload-{name}")
 
@@ -226,7 +236,7 @@ class EngineHost(QObject):
                 log.warning("engine restart failed: %s", error)
             if not self._closing:
                 self.engine_restarted.emit(error)
-                self.models_changed.emit(self.models())
+                self._models_dirty.emit()
 
         self._spawn(work, "engine-restart")
         return True

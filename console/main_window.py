@@ -121,9 +121,7 @@ class MainWindow(QMainWindow):
         self.ctx.bridge.stats.connect(self._on_stats)
         self.ctx.remote.focus_changed.connect(lambda _t: self._show_remote_source())
         self.ctx.remote.changed.connect(self._show_remote_source)
-        # a worker thread's snapshot may arrive after a newer one: read the list on arrival
-        self.ctx.engine_host.models_changed.connect(
-            lambda _snapshot: self._on_models(self.ctx.engine_host.models()))
+        self.ctx.engine_host.models_changed.connect(self._on_models)
         self.ctx.engine_host.device_changed.connect(
             lambda text: self.device_label.setText(f"device: {text}"))
         self.ctx.server_state_changed.connect(self.set_server_state)

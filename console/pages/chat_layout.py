@@ -182,10 +182,7 @@ def listen(page) -> None:
     ctx.bridge.reasoning.connect(page.on_reasoning)
     ctx.bridge.tokens.connect(page.on_tokens)
     ctx.bridge.finished.connect(page.on_finished)
-    # the signal's list is a snapshot taken on a worker thread; two loads finishing together
-    # can deliver an older one last, so the page reads the engine's list when it arrives
-    ctx.engine_host.models_changed.connect(
-        lambda _snapshot: page.set_models(ctx.engine_host.models()))
+    ctx.engine_host.models_changed.connect(page.set_models)
     ctx.loads.subscribe("changed", lambda _loads: (page._show_load(), page._update_buttons()))
     ctx.loads.subscribe("ended", page._load_ended)
     ctx.remote.changed.connect(page._servers_changed)  # a server's models are offered too
