@@ -178,8 +178,11 @@ class BatchedRunner:
         call; the same result as the family's forward, up to float summation order."""
         h = self.family.embed(ids_t)[0].contiguous()  # [N, H] float32
         tables = self.family.rotary_tables(h[None], pos_t)
-        cos = torch.stack([c[:, 0] for c, _ in tables])
-        sin = torch.stack([s[:, 0] for _, s in tables])
+        if len(tables) == 1:  # [N, 1, rd] -> [1, N, rd] as a view: no copy for one table
+            cos, sin = tables[0][0][None, :, 0], tables[0][1][None, :, 0]
+        else:
+            cos = torch.stack([c[:, 0] for c, _ in tables])
+            sin = torch.stack([s[:, 0] for _, s in tables])
         self.decode_plan.run(h, slot_t, pos_t, cos, sin)
         return self.family.cap(self.family.head_fn(self.decode_plan.final_norm(h)).float())
 

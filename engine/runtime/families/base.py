@@ -12,6 +12,7 @@ once, so a model is quantized before it is served, not while.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -114,7 +115,7 @@ class DecoderFamily:
         cos, sin = self.inner.rotary_emb(h, pos_t[None])
         return [(cos[0][:, None, :], sin[0][:, None, :])]
 
-    @property
+    @cached_property  # a fact of the model, asked every step
     def rope_table_of(self) -> list[int]:
         """Which of rotary_tables each layer turns with."""
         return [0] * len(self.layers)

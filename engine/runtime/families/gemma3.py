@@ -5,6 +5,8 @@ own scaling)."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from . import gemma2
@@ -30,7 +32,7 @@ class Family(gemma2.Family):
             out.append((cos[0][:, None, :], sin[0][:, None, :]))
         return out
 
-    @property
+    @cached_property
     def rope_table_of(self) -> list[int]:
         kinds = self._kinds()
         return [kinds.index(self.cfg.layer_types[li]) for li in range(len(self.layers))]
