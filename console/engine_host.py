@@ -11,8 +11,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 
+from .gui_thread import post
 from .threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -46,16 +47,12 @@ class EngineHost(QObject):
     engine_failed = Signal(str)
     engine_starting = Signal()
     device_changed = Signal(str)
-    # list[ModelInfo], always read on the GUI thread as it is delivered (see _models_dirty)
+    # list[ModelInfo], read on the GUI thread as it is announced (see _announce_models)
     models_changed = Signal(list)
     load_started = Signal(object)  # LoadJob
     load_progress = Signal(int, float, str)  # job id, fraction 0..1, stage
     load_finished = Signal(int, object, str)  # job id, ModelInfo | None, error ("" when ok)
     engine_restarted = Signal(str)  # "" when a crashed engine serves again, else the error
-    # Worker threads say only that the list changed. A list read on a worker could be older
-    # than one another worker read and delivered first (two loads ending together once left
-    # the chat with a stale [demo]); read on the GUI thread on delivery, the last is newest.
-    _models_dirty = Signal()
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -70,7 +67,6 @@ class EngineHost(QObject):
         self._closing = False
         self._started = False
         self.start_error: str | None = None
-        self._models_dirty.connect(self._announce_models, Qt.QueuedConnection)
 
     # ------------------------------------------------------------------ engine
 
@@ -93,12 +89,12 @@ class EngineHost(QObject):
             torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
             self.devices = list_devices()
             if self.devices:
-                self.device_changed.emit(self.devices[0].label)
+                post(self.device_changed.emit, self.devices[0].label)
             engine = LocalEngine(EngineConfig(gui_in_process=True))
         except Exception as exc:  # shown in the status bar and on the models page
             self.start_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
             log.exception("engine start failed")
-            self.engine_failed.emit(self.start_error)
+            post(self.engine_failed.emit, self.start_error)
             self._ready.set()
             return
         if self._closing:
@@ -106,9 +102,9 @@ class EngineHost(QObject):
             self._ready.set()
             return
         self.engine = engine
-        self.bridge.set_engine(engine, self.metrics_sample)
+        post(self.bridge.set_engine, engine, self.metrics_sample)
         self._ready.set()
-        self.engine_ready.emit(engine)
+        post(self.engine_ready.emit, engine)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
@@ -158,7 +154,7 @@ class EngineHost(QObject):
     def _load(self, job: LoadJob, cancel: threading.Event) -> None:
         info, error = None, ""
         try:
-            self.load_progress.emit(job.job_id, 0.0, "starting the engine")
+            post(self.load_progress.emit, job.job_id, 0.0, "starting the engine")
             self.wait_ready()
             if self.engine is None:
                 raise RuntimeError(self.start_error or "the engine did not start")
@@ -178,8 +174,8 @@ class EngineHost(QObject):
         if self._closing:
             return  # the window is gone (or going): its signals may already be deleted
         try:
-            self.load_finished.emit(job.job_id, info, error)
-            self._models_dirty.emit()
+            post(self.load_finished.emit, job.job_id, info, error)
+            post(self._announce_models)
         except RuntimeError:  # deleted between the check and the emit, during shutdown
             log.debug("load %s finished after the console closed", job.path)
 
@@ -194,7 +190,7 @@ class EngineHost(QObject):
                                       dtype=job.dtype, default=not self.engine.models(),
                                       load_as=job.load_as)
         engine_job.add_progress_callback(
-            lambda f, msg: self.load_progress.emit(job.job_id, f, msg or "starting"))
+            lambda f, msg: post(self.load_progress.emit, job.job_id, f, msg or "starting"))
         while True:  # poll so that a cancel or window close never waits for the load
             try:
                 engine_job.result(timeout=0.1)
@@ -203,10 +199,13 @@ class EngineHost(QObject):
                 if cancel.is_set():
                     engine_job.cancel()
         # the job reports its 1.0 after waking us: say it here, before load_finished
-        self.load_progress.emit(job.job_id, 1.0, "done")
+        post(self.load_progress.emit, job.job_id, 1.0, "done")
         return next((m for m in self.engine.models() if m.name == job.name), None)
 
     def _announce_models(self) -> None:
+        """On the GUI thread. Workers only say that the list changed: a list read on a worker
+        could be older than one another worker read and delivered first (two loads ending
+        together once left the chat with a stale [demo]); read here, the last is the newest."""
         if not self._closing:
             self.models_changed.emit(self.models())
 
@@ -216,7 +215,7 @@ class EngineHost(QObject):
                 self.engine.unload(name).result(timeout=30)
             except Exception as exc:  # noqa: BLE001
                 log.warning("unload %s: %s", name, exc)
-            self._models_dirty.emit()
+            post(self._announce_models)
 
         self._spawn(work, f"unload-{name}")
 
@@ -235,8 +234,8 @@ class EngineHost(QObject):
                 error = _one_line(exc)
                 log.warning("engine restart failed: %s", error)
             if not self._closing:
-                self.engine_restarted.emit(error)
-                self._models_dirty.emit()
+                post(self.engine_restarted.emit, error)
+                post(self._announce_models)
 
         self._spawn(work, "engine-restart")
         return True

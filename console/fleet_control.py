@@ -1,9 +1,9 @@
 """The fleet monitor (engine/remote/fleet.py) as Qt signals on the GUI thread: `ctx.fleet`.
 
 The monitor's polling threads (it starts them, like RemoteEngine does its own) call back on
-their threads; here each snapshot is parked under its URL and one queued signal wakes the GUI
-thread, which takes the newest snapshot of every host at once. So a burst of polls costs one
-wake-up, nothing on the GUI thread waits on a lock held across a request, and a host removed
+their threads; here each snapshot is parked under its URL and one posted call
+(console.gui_thread) wakes the GUI thread, which takes the newest snapshot of every host at
+once. So a burst of polls costs one wake-up, nothing on the GUI thread waits on a lock held across a request, and a host removed
 meanwhile is never drawn again.
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 
 from ..engine.remote.fleet import FleetMonitor, HostSnapshot, ServerRef
 from ..engine.remote.urls import normalize_base_url
+from .gui_thread import post
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,6 @@ log = logging.getLogger(__name__)
 class FleetControl(QObject):
     host_changed = Signal(object)  # fleet.HostSnapshot, on the GUI thread
     host_removed = Signal(str)  # the URL of a host no longer watched
-    _wake = Signal()
 
     def __init__(self, parent=None, poll_s: float | None = None):
         super().__init__(parent)
@@ -33,7 +33,6 @@ class FleetControl(QObject):
         self._lock = threading.Lock()
         self._woken = False
         self._closed = False
-        self._wake.connect(self._drain, Qt.QueuedConnection)
         self._unsubscribe = self.monitor.subscribe(self._arrived)
 
     # ------------------------------------------------------------------ the attach side
@@ -71,10 +70,7 @@ class FleetControl(QObject):
             if self._woken or self._closed:
                 return
             self._woken = True
-        try:
-            self._wake.emit()
-        except RuntimeError:  # the window (and this QObject) is already gone
-            pass
+        post(self._drain)
 
     def _drain(self) -> None:
         with self._lock:

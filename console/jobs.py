@@ -1,6 +1,7 @@
 """The console's job runner: long work off the GUI thread, on a worker thread that reports
 progress, can be cancelled, and hands its result (or a one-line error) back to the GUI thread
-through queued signals. Pages create jobs; the thread starts here (console.threads)."""
+(console.gui_thread.post), where its signals fire. Pages create jobs; the thread starts here
+(console.threads)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ..engine.runtime.types import Cancelled
+from .gui_thread import post
 from .threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ class Reporter:
         stage = _DIGITS.sub("", message)  # "calibrating 3/64" and "…4/64" are one stage
         if stage != self._last_stage or now - self._last_emit >= _MIN_EMIT_S or fraction >= 1.0:
             self._last_emit, self._last_stage = now, stage
-            self._job.progress.emit(fraction, message)
+            post(self._job.progress.emit, fraction, message)
 
     def check(self) -> None:
         if self.cancel.is_set():
@@ -109,19 +111,19 @@ class BackgroundJob(QObject):
             result = self.fn(reporter)
         except self.cancelled_types:
             self.done = True
-            self.cancelled.emit()
+            post(self.cancelled.emit)
         except Exception as exc:  # every failure becomes one sentence for the page
             self.done = True
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.info("job %s failed: %s", self.name, text, exc_info=not _user_error(exc))
-            self.failed.emit(text)
+            post(self.failed.emit, text)
         else:
             self.done = True
             if self.cancel_event.is_set() and result is None:
-                self.cancelled.emit()
+                post(self.cancelled.emit)
             else:
-                self.finished.emit(result)
-        self.ended.emit()
+                post(self.finished.emit, result)
+        post(self.ended.emit)
 
 
 def _lower_priority(step: int = 5) -> None:

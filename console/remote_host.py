@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..engine.remote.urls import normalize_base_url
 from .engines import LOCAL, Connection, Engines, host_label
+from .gui_thread import post
 from .servers import ServerStore
 from .threads import start_thread
 
@@ -32,7 +33,6 @@ class RemoteHost(QObject):
     changed = Signal()  # a connection came or went, or its models / stats were read again
     connected = Signal(str, str)  # url, error ("" when it answered)
     focus_changed = Signal(str)  # where the numbers on show come from: LOCAL or a server URL
-    _done = Signal(str, str, str)  # worker -> GUI thread: what, url, error
 
     def __init__(self, settings, local_engine: Callable[[], Any],
                  fleet: Callable[[], Any] = lambda: None, parent=None):
@@ -44,7 +44,6 @@ class RemoteHost(QObject):
         self._pending: dict[str, tuple[str, str | None, bool]] = {}  # url -> name, key, remember
         self._refreshing: set[str] = set()
         self._closing = False
-        self._done.connect(self._on_done)
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh_all)
@@ -67,7 +66,7 @@ class RemoteHost(QObject):
                 error = conn.error if conn is not None else "disconnected meanwhile"
             except Exception as exc:  # noqa: BLE001 - one sentence for the menu / dialog
                 error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            self._done.emit("connected", url, error)
+            post(self._on_done, "connected", url, error)
 
         start_thread(work, f"connect-{host_label(url)}")
         return url
@@ -124,7 +123,7 @@ class RemoteHost(QObject):
                 error = conn.error if conn is not None else ""
             except Exception as exc:  # noqa: BLE001 - the next refresh tries again
                 error = str(exc)
-            self._done.emit("refreshed", url, error)
+            post(self._on_done, "refreshed", url, error)
 
         start_thread(work, f"refresh-{host_label(url)}")
 

@@ -219,6 +219,20 @@ def test_no_page_starts_a_thread():
     assert not hits, hits
 
 
+def test_one_route_back_to_the_gui_thread():
+    """Worker threads hand news to the GUI thread through console/gui_thread.post alone: no
+    other console module wires a queued (cross-thread) connection of its own."""
+    hits = []
+    for p in sorted((ROOT / "console").rglob("*.py")):
+        if p.name == "gui_thread.py":
+            continue
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if "QueuedConnection" in line:
+                hits.append(f"{p.relative_to(ROOT)}:{i}")
+    assert not hits, f"use console.gui_thread.post instead: {hits}"
+    assert "QueuedConnection" in (ROOT / "console" / "gui_thread.py").read_text(encoding="utf-8")
+
+
 # The console's Qt-free models (napari's split): they own state and announce changes; pages
 # render them. None imports Qt, a page or a widget.
 CONSOLE_MODELS = ("api_key_store", "bench_history", "bench_store", "chat_session", "chat_store",

@@ -55,12 +55,9 @@ def test_the_model_list_is_read_on_the_gui_thread_as_it_arrives(window, chat, qt
                                      [m.name for m in models], [m.name for m in host.models()]))
     host.models_changed.connect(spy, Qt.DirectConnection)  # runs where models_changed is emitted
     try:
-        workers = [threading.Thread(target=host._models_dirty.emit) for _ in range(4)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-        qtbot.waitUntil(lambda: len(got) == 4, timeout=5000)
+        for _ in range(4):  # each unload (of nothing) announces from its own worker thread
+            host.unload("no-such-model")
+        qtbot.waitUntil(lambda: len(got) == 4, timeout=10000)
     finally:
         host.models_changed.disconnect(spy)
     for on_gui_thread, delivered, current in got:

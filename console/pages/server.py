@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout
 
 from ...engine.api.ports import port_problem
 from ..engines import LOCAL
+from ..gui_thread import post
 from ..theme import current_theme
 from ..widgets.remote_server import RemoteServerView
 from . import server_layout
@@ -27,8 +28,7 @@ class ServerPage(Page):
     title = "Server"
     icon = "⇄"
 
-    log_entry = Signal(object)  # RequestLogEntry, emitted on the server thread
-    _op_done = Signal(str, str, str)  # op, url or "", error or ""
+    log_entry = Signal(object)  # RequestLogEntry, on the GUI thread
 
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
@@ -164,8 +164,8 @@ class ServerPage(Page):
             return False
         self._save_settings()
         self.apply_queue_limit()
-        problem = self.service.start(self.host(), self.port.value(), self.cors.text(),
-                                     lambda url, error: self._op_done.emit("start", url, error),
+        done = lambda url, error: post(self._on_op_done, "start", url, error)
+        problem = self.service.start(self.host(), self.port.value(), self.cors.text(), done,
                                      self.advanced.options())
         if problem:
             self._show_error(problem)
@@ -177,7 +177,7 @@ class ServerPage(Page):
         if self._busy or not self.running():
             return False
         self._set_busy(True, "Stopping…")
-        if not self.service.stop(lambda _url, error: self._op_done.emit("stop", "", error)):
+        if not self.service.stop(lambda _url, error: post(self._on_op_done, "stop", "", error)):
             self._set_busy(False)
             return False
         return True

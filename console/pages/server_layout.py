@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..engines import LOCAL
+from ..gui_thread import post
 from ..server_service import LOG_ROWS, log_cells
 from ..theme import current_theme
 from ..widgets.basic import Lamp, card, card_title, muted, page_title, titled_card
@@ -181,8 +182,7 @@ def connect(page) -> None:
     page.api_key.textChanged.connect(page._settings_changed)
     page.port.valueChanged.connect(page._settings_changed)
     page.log_entry.connect(page._add_log_row)
-    page.service.on_log_entry(page.log_entry.emit)
-    page._op_done.connect(page._on_op_done)
+    page.service.on_log_entry(lambda entry: post(page.log_entry.emit, entry))  # server thread
     ctx.engine_host.models_changed.connect(lambda _m: page.update_snippets())
     ctx.engine_host.engine_ready.connect(page._on_engine_ready)
 
