@@ -3,7 +3,9 @@ engine.api ServerController over the console's engine), its request log, its API
 engine's queue limit. The Server page is a view bound to it; the Benchmark page asks it for the
 URL and key of "this console's server". Start and stop run on a worker thread
 (console.threads): binding and uvicorn's start-up, or a stop's grace period, never block the
-caller; `on_done(url, error)` is called on that thread when they end."""
+caller. It announces on `events` (console.events.Emitter): "state" with a ServerState at each
+change (starting and stopping on the caller's thread, the outcome on the worker's), and
+"log_entry" with each finished request (on the server's thread)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.api.settings import ApiSettings, parse_hosts
+from .events import Emitter
 from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
 LOG_ROWS = 500
-Done = Callable[[str, str], None]  # (url or "", error or "")
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the API server is doing: "stopped", "starting", "running" (at url), "stopping",
+    or "failed": the start or stop named by `op` ended with `error` (one line)."""
+
+    phase: str = "stopped"
+    url: str | None = None
+    error: str = ""
+    op: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,7 +67,8 @@ class ServerService:
         self.request_log = None
         self.url: str | None = None
         self._busy = False
-        self._log_listeners: list[Callable[[Any], None]] = []
+        self.state = ServerState()
+        self.events = Emitter()  # "state" (ServerState), "log_entry" (RequestLogEntry)
         self._unsubscribe = None
 
     # ------------------------------------------------------------------ state
@@ -85,9 +99,6 @@ class ServerService:
         if engine is not None and hasattr(engine, "set_max_waiting"):
             engine.set_max_waiting(int(limit))
 
-    def on_log_entry(self, fn: Callable[[Any], None]) -> None:
-        """`fn(RequestLogEntry)`, called on the server's thread as each request finishes."""
-        self._log_listeners.append(fn)
 
     def clear_log(self) -> None:
         if self.request_log is not None:
@@ -105,7 +116,7 @@ class ServerService:
             return "Listening on the network needs an API key: press Generate."
         return None
 
-    def start(self, host: str, port: int, cors: str, on_done: Done,
+    def start(self, host: str, port: int, cors: str,
               options: AdvancedOptions | None = None) -> str | None:
         """Start on a worker thread; a reason (and nothing started) when it cannot. `options`
         apply from this start until the server stops."""
@@ -115,6 +126,7 @@ class ServerService:
         engine, key, poller = self._engine(), self.key(), self._poller()
         extra = (options or AdvancedOptions()).settings_kw()
         self._busy = True
+        self._set_state(ServerState("starting"))
 
         def work():
             # fastapi/uvicorn/pydantic import here, never on the GUI thread: the import takes
@@ -133,26 +145,27 @@ class ServerService:
                 url = self.controller.start(host, port, api_key=key,
                                             cors_origins=parse_origins(cors), **extra)
             except Exception as exc:  # noqa: BLE001 - shown as one line on the page
-                self._done(on_done, "", str(exc).splitlines()[0] or type(exc).__name__)
+                self._ended("start", "", str(exc).splitlines()[0] or type(exc).__name__)
             else:
-                self._done(on_done, url, "")
+                self._ended("start", url, "")
 
         start_thread(work, "server-start")
         return None
 
-    def stop(self, on_done: Done) -> bool:
+    def stop(self) -> bool:
         if self._busy or not self.running():
             return False
         controller = self.controller
         self._busy = True
+        self._set_state(ServerState("stopping", self.url))
 
         def work():
             try:
                 controller.stop(grace_s=2.0)
             except Exception as exc:  # noqa: BLE001
-                self._done(on_done, "", str(exc).splitlines()[0])
+                self._ended("stop", "", str(exc).splitlines()[0] or type(exc).__name__)
             else:
-                self._done(on_done, "", "")
+                self._ended("stop", "", "")
 
         start_thread(work, "server-stop")
         return True
@@ -164,14 +177,20 @@ class ServerService:
         if self.running():
             self.controller.stop(grace_s=0.5)
 
-    def _done(self, on_done: Done, url: str, error: str) -> None:
+    def _ended(self, op: str, url: str, error: str) -> None:
         self.url = url or None
         self._busy = False
-        on_done(url, error)
+        if error:
+            self._set_state(ServerState("failed", self.url, error, op))
+        else:
+            self._set_state(ServerState("running" if op == "start" else "stopped", self.url))
+
+    def _set_state(self, state: ServerState) -> None:
+        self.state = state
+        self.events.emit("state", state)
 
     def _log_entry(self, entry: Any) -> None:
-        for fn in list(self._log_listeners):
-            fn(entry)
+        self.events.emit("log_entry", entry)
 
 
 def log_cells(e: Any) -> tuple[str, ...]:

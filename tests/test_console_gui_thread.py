@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from npu_console.console.gui_thread import post  # noqa: E402
-from PySide6.QtCore import QObject  # noqa: E402
+from npu_console.console.gui_thread import post
+from PySide6.QtCore import QObject
 
 
 def test_posted_calls_run_on_the_gui_thread_in_each_threads_order(qtbot):

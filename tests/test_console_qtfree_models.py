@@ -3,6 +3,7 @@ and import, without Qt; pages are views bound to them."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +22,12 @@ from npu_console.console.bench_history import (
 from npu_console.console.bench_store import BenchRecord, BenchStore
 from npu_console.console.chat_session import ChatSession, LiveReply, reply_stats
 from npu_console.console.chat_store import ChatStore, Message
-from npu_console.console.server_service import AdvancedOptions, ServerService, log_cells
+from npu_console.console.server_service import (
+    AdvancedOptions,
+    ServerService,
+    ServerState,
+    log_cells,
+)
 from npu_console.console.variants import variant_name
 from support.api import own_engine
 
@@ -62,7 +68,7 @@ def test_server_service_owns_key_limit_and_refusals():
     svc = ServerService(lambda: engine, keys)
     assert svc.key() == "stored" and not svc.running() and svc.url is None
     assert "engine is not running" in svc.start_problem("127.0.0.1")
-    assert svc.start("127.0.0.1", 1, "", lambda u, e: None) is not None  # nothing started
+    assert svc.start("127.0.0.1", 1, "") is not None  # nothing started
     engine = _Engine()
     svc.set_key("  ")
     assert svc.key() is None
@@ -72,7 +78,8 @@ def test_server_service_owns_key_limit_and_refusals():
     assert len(key) >= 24 and keys.saved == key and svc.start_problem("0.0.0.0") is None
     svc.set_queue_limit(7)
     assert engine.limit == 7
-    assert svc.stop(lambda u, e: None) is False  # not running
+    assert svc.stop() is False  # not running
+    assert svc.state.phase == "stopped"
 
 
 def test_advanced_options_reach_the_server_as_serve_passes_them():
@@ -93,22 +100,41 @@ def test_advanced_options_reach_the_server_as_serve_passes_them():
 
 
 def test_server_service_starts_and_stops_on_its_own_thread(stories_dir):
-    done = []
+    """Start and stop announce their state as events: the transition on the caller's thread,
+    the outcome on the worker's, each with what a view needs (the URL, the error)."""
+    seen = []
     ended = threading.Event()
 
-    def on_done(url, error):
-        done.append((url, error, threading.current_thread().name))
-        ended.set()
+    def on_state(state):
+        seen.append((state, threading.current_thread().name))
+        if state.phase not in ("starting", "stopping"):
+            ended.set()
     with own_engine(None) as eng:
         svc = ServerService(lambda: eng, _Keys())
+        svc.events.subscribe("state", on_state)
         try:
-            assert svc.start("127.0.0.1", 0, "", on_done) is None
-            assert ended.wait(60) and done[0][1] == "" and done[0][2] == "server-start"
-            assert svc.running() and svc.url == done[0][0] and not svc.busy()
+            assert svc.start("127.0.0.1", 0, "") is None
+            assert seen[0] == (ServerState("starting"), threading.current_thread().name)
+            assert ended.wait(60)
+            state, thread = seen[1]
+            assert state.phase == "running" and thread == "server-start"
+            assert svc.running() and svc.url == state.url and not svc.busy()
+            assert svc.state == state
             ended.clear()
-            assert svc.stop(on_done)
-            assert ended.wait(30) and done[1][2] == "server-stop"
+            assert svc.stop()
+            assert seen[2][0] == ServerState("stopping", state.url)
+            assert ended.wait(30) and seen[3] == (ServerState("stopped"), "server-stop")
             assert not svc.running() and svc.url is None
+            # a start that cannot bind ends as "failed", with the reason
+            with socket.socket() as taken:
+                taken.bind(("127.0.0.1", 0))
+                taken.listen()
+                ended.clear()
+                assert svc.start("127.0.0.1", taken.getsockname()[1], "") is None
+                assert ended.wait(60)
+            failed = seen[-1][0]
+            assert failed.phase == "failed" and failed.op == "start" and failed.error
+            assert not svc.running() and not svc.busy()
         finally:
             svc.shutdown()
 

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout
 
 from ...engine.api.ports import port_problem
 from ..engines import LOCAL
-from ..gui_thread import post
+from ..server_service import ServerState
 from ..theme import current_theme
 from ..widgets.remote_server import RemoteServerView
 from . import server_layout
@@ -33,6 +33,7 @@ class ServerPage(Page):
     def __init__(self, ctx, parent=None):
         super().__init__(ctx, parent)
         self.service = ctx.server
+        self.shown = ServerState()  # the service's state this page last rendered
         self._busy = False
         self.error_text = ""
         s = ctx.settings
@@ -143,10 +144,11 @@ class ServerPage(Page):
     # ------------------------------------------------------------------ start / stop
 
     def running(self) -> bool:
-        return self.service.running()
+        """Running as this page shows it: never while it shows a start or a stop under way."""
+        return self.shown.phase not in ("starting", "stopping") and self.service.running()
 
     def busy(self) -> bool:
-        return self._busy
+        return self._busy or self.shown.phase in ("starting", "stopping")
 
     def toggle(self) -> None:
         if self.running():
@@ -156,7 +158,7 @@ class ServerPage(Page):
 
     def start(self) -> bool:
         """Ask the service to start; False (with a message) when it cannot."""
-        if self._busy or self.running():
+        if self.busy() or self.running():
             return False
         problem = self.service.start_problem(self.host())
         if problem:
@@ -164,8 +166,7 @@ class ServerPage(Page):
             return False
         self._save_settings()
         self.apply_queue_limit()
-        done = lambda url, error: post(self._on_op_done, "start", url, error)
-        problem = self.service.start(self.host(), self.port.value(), self.cors.text(), done,
+        problem = self.service.start(self.host(), self.port.value(), self.cors.text(),
                                      self.advanced.options())
         if problem:
             self._show_error(problem)
@@ -174,12 +175,11 @@ class ServerPage(Page):
         return True
 
     def stop(self) -> bool:
-        if self._busy or not self.running():
+        if self.busy() or not self.running():
+            return False
+        if not self.service.stop():
             return False
         self._set_busy(True, "Stopping…")
-        if not self.service.stop(lambda _url, error: post(self._on_op_done, "stop", "", error)):
-            self._set_busy(False)
-            return False
         return True
 
     def apply_queue_limit(self) -> None:
@@ -197,18 +197,24 @@ class ServerPage(Page):
         if busy:
             self._set_state("busy", text)
 
-    def _on_op_done(self, op: str, url: str, error: str) -> None:
+    def show_state(self, state: ServerState) -> None:
+        """Render the service's state (its "state" event, posted to the GUI thread)."""
+        self.shown = state
+        if state.phase in ("starting", "stopping"):
+            self._set_busy(True, "Starting…" if state.phase == "starting" else "Stopping…")
+            return
         self._set_busy(False)
-        if error:
-            self._show_error(error if op == "start" else f"Stopping failed: {error}")
+        if state.phase == "failed":
+            self._show_error(state.error if state.op == "start"
+                             else f"Stopping failed: {state.error}")
             self._set_state("error", "Not running")
-        elif op == "start":
+        elif state.phase == "running":
             self.message.hide()
             self.error_text = ""
-            self._set_state("on", f"Running · {url}")
+            self._set_state("on", f"Running · {state.url}")
         else:
             self._set_state("off", "Stopped")
-        server_layout.show_switch(self, self.running(), url)
+        server_layout.show_switch(self, self.running(), state.url or "")
         self._set_busy(False)
         self._settings_changed()
         self.port_status.setText("")

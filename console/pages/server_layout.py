@@ -182,7 +182,9 @@ def connect(page) -> None:
     page.api_key.textChanged.connect(page._settings_changed)
     page.port.valueChanged.connect(page._settings_changed)
     page.log_entry.connect(page._add_log_row)
-    page.service.on_log_entry(lambda entry: post(page.log_entry.emit, entry))  # server thread
+    # the service announces on its threads; the page renders on the GUI thread
+    page.service.events.subscribe("log_entry", lambda entry: post(page.log_entry.emit, entry))
+    page.service.events.subscribe("state", lambda state: post(page.show_state, state))
     ctx.engine_host.models_changed.connect(lambda _m: page.update_snippets())
     ctx.engine_host.engine_ready.connect(page._on_engine_ready)
 
