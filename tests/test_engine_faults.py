@@ -59,10 +59,19 @@ def test_a_dead_loop_fails_its_requests_and_refuses_new_ones_at_once(engine, dem
 
 
 def test_requests_waiting_behind_a_crash_end_with_its_reason(demo_model_dir):
+    all_submitted = threading.Event()
+
+    def crash_once_all_wait(seq):
+        # the engine thread holds its step until every request is in, so the crash always
+        # finds five waiting behind it (on a busy machine the loop once crashed first)
+        all_submitted.wait(30)
+        return len(seq.output_ids) >= 2
+
     with demo_engine(demo_model_dir, max_running=1) as eng:
-        with fatal_fault(eng, when=lambda seq: len(seq.output_ids) >= 2):
+        with fatal_fault(eng, when=crash_once_all_wait):
             handles = [eng.submit(GenerationRequest(prompt=f"Once {i}", params=greedy(32)))
                        for i in range(6)]
+            all_submitted.set()
             finishes = [h.result(30).finish for h in handles]
         assert all(f.finish_reason == "error" and "engine loop crashed" in f.error
                    for f in finishes)
