@@ -60,6 +60,11 @@ def register(sub) -> None:
                    help="quantize N times with the self-generated calibration drawn from seeds "
                         "0..N-1 and report each seed's perplexity change on --eval-data, their "
                         "mean, worst and spread (the checkpoint written is seed 0's)")
+    p.add_argument("--rotate", default="off", choices=["off", "on"],
+                   help="turn the residual stream and the value heads by orthogonal matrices "
+                        "before calibrating (the same float function, outlier channels spread "
+                        "out; Llama-style models with RMSNorm; unties a tied head; "
+                        "docs/quantization.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -103,7 +108,7 @@ def run(args) -> int:
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
                           int8_head=args.int8_head, recipe=args.recipe,
                           budget_pct=args.budget, eval_file=args.eval_data, report=args.report,
-                          seeds=args.seeds, act_scales=args.act_scales)
+                          seeds=args.seeds, act_scales=args.act_scales, rotate=args.rotate)
     cancel = threading.Event()
     try:
         result = run_workflow(req, on_event=_StderrProgress(), cancel=cancel)
@@ -132,6 +137,8 @@ def _print_recipe(result) -> None:
     if result.calibration:
         print(f"calibration: {result.calibration}", file=sys.stderr)
     print(f"int8 share of linear weights: {result.int8_weight_fraction:.1%}", file=sys.stderr)
+    if result.rotation is not None and result.rotation.rotate:
+        print(f"residual stream rotated ({result.rotation.reason})", file=sys.stderr)
     if result.info.config.get("act_blocks"):
         print("activations: int8 with one scale per block of 32 values (native CPU kernels)",
               file=sys.stderr)

@@ -228,6 +228,21 @@ def test_quantize_with_progress_then_the_output_loads(http, admin, roots):
     assert exists.value.status == 400 and "already exists" in exists.value.message
 
 
+def test_a_remote_quantization_can_ask_for_the_rotation(admin, roots):
+    job = admin.quantize("models/stories260K", "st-rotated", method="w8a16", recipe="plain",
+                         rotate="on")
+    final = _follow(admin, job.id)[-1]
+    assert final.state == "done", final
+    assert final.result["rotation"] == {"mode": "on", "rotated": True,
+                                        "reason": "asked for, before w8a16 (the head is "
+                                                  "untied from the embedding)"}
+    config = json.loads((roots["out"] / "st-rotated" / "config.json").read_text())
+    assert config["tie_word_embeddings"] is False
+    with pytest.raises(AdminError) as bad:
+        admin.quantize("models/stories260K", "st-x", method="w8a16", rotate="sometimes")
+    assert bad.value.status == 400 and "rotate" in bad.value.message
+
+
 def test_cancel_a_quantization_stops_it_and_leaves_nothing(http, admin, roots):
     # the auto recipe on many long samples: far longer than the cancel takes
     job = admin.quantize("models/stories260K", "st-cancelled", method="w8a8-dynamic",

@@ -16,7 +16,7 @@ import torch
 from npu_console.engine.paths import EVAL_DIR
 from npu_console.engine.quant import eval_methods as em
 from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
-from npu_console.engine.quant.workflow import QuantizeRequest
+from npu_console.engine.quant.workflow import QuantizeRequest, rotated_config
 
 # the quality lane (tests/conftest.py). The first test also pays the module's set-up (three
 # calibrations, the float model on every text): over 600 s on the AVX2-only AMD EPYC when the
@@ -84,7 +84,8 @@ def test_default_recipe_meets_the_bar_on_the_worst_text(smollm, method, torch_th
     loaded = smollm["loaded"]
     model = copy.deepcopy(loaded.model)
     samples, source = smollm["calib"][method]
-    cfg = QuantizeRequest(model_dir="", out_dir=None, method=method).config()  # the defaults
+    req = QuantizeRequest(model_dir="", out_dir=None, method=method)  # the defaults
+    cfg, _ = rotated_config(req, req.config(), model)
     res = run_auto(model, loaded.tokenizer, cfg, samples, source)
     assert "self-generated" in res.calibration
     got = smollm["ppl"](res.model)

@@ -52,6 +52,9 @@ class QuantizeBody(BaseModel):
     int8_head: bool | Literal["auto", "on", "off"] = Field(
         False, description="lm_head and embeddings in int8: on, off, or auto (int8 when the "
                            "head is at least 15 % of the weights); true / false as on / off")
+    rotate: Literal["off", "on"] = Field(
+        "off", description="rotate the residual stream and value heads first (as `quantize "
+                           "--rotate`)")
     budget_pct: float | None = Field(None, gt=0.0, lt=1000.0)
     calib_path: str | None = Field(None, max_length=1024,
                                    description="calibration text (an admin path); default: the "

@@ -47,6 +47,9 @@ class QuantConfig:
     # per token, where the kernels can (the reference and the native CPU kernels; NPU, CUDA
     # and the exported formats stay per token). The weights are the same either way.
     act_blocks: bool = False
+    # the residual stream and the value heads turned by seeded orthogonal matrices before
+    # anything is measured (engine.quant.rotate): the same float function, outliers spread
+    rotate: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -81,7 +84,8 @@ class QuantConfig:
         return {"method": self.method, "preset": self.preset, "skip": list(self.skip),
                 "group_size": self.group_size, "smoothquant": self.smoothquant,
                 "calib_samples": self.calib_samples, "calib_seq_len": self.calib_seq_len,
-                "int8_head": self.int8_head, "act_blocks": self.act_blocks}
+                "int8_head": self.int8_head, "act_blocks": self.act_blocks,
+                "rotate": self.rotate}
 
 
 def _is_always_float(name: str) -> bool:

@@ -17,11 +17,12 @@ STAGES = ("load", "calibrate", "quantize", "export", "evaluate", "report")
 _WEIGHT = {"load": 1.0, "calibrate": 3.0, "quantize": 4.0, "export": 1.0, "evaluate": 8.0,
            "report": 0.2}
 # the engine.quant functions' own progress steps -> the workflow stage they belong to
-_STEP_STAGE = {"load": "load", "generate calibration": "calibrate", "calibrate": "calibrate",
-               "smooth": "quantize", "search": "quantize", "quantize": "quantize",
-               "sensitivity": "quantize", "budget": "quantize", "head cost": "quantize",
-               "export": "export"}
-_WORDS = {"load": "loading the float model", "calibrate": "calibrating",
+_STEP_STAGE = {"load": "load", "rotate": "load", "generate calibration": "calibrate",
+               "calibrate": "calibrate", "smooth": "quantize", "search": "quantize",
+               "quantize": "quantize", "sensitivity": "quantize", "budget": "quantize",
+               "head cost": "quantize", "export": "export"}
+_WORDS = {"load": "loading the float model", "rotate": "rotating the residual stream",
+          "calibrate": "calibrating",
           "generate calibration": "generating calibration text", "smooth": "SmoothQuant",
           "search": "searching smoothing and clipping", "quantize": "quantizing layers",
           "sensitivity": "ranking layers by their effect on the loss",

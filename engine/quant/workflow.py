@@ -34,6 +34,7 @@ from .config import FORMATS, QuantConfig, QuantError, select_layers
 from .head import HeadCost, HeadDecision, decide, head_mode
 from .outdir import OutputFolderError, check_replaceable, write_folder
 from .report import Comparison, EvalSpec, write_report
+from .rotate import ROTATE_MODES, RotationDecision, rotate_as_decided
 from .stages import (
     _WORDS,
     STAGES,
@@ -79,6 +80,9 @@ class QuantizeRequest:
     # "token" (one per row: what NPU, CUDA, vLLM and MindIE run, and the VNNI int8 product),
     # "auto": block for the native format, token for the formats other runtimes read
     act_scales: str = "auto"
+    # the residual stream rotated first (engine.quant.rotate): "on" (refused for a model it
+    # cannot fold) or "off"
+    rotate: str = "off"
 
     def config(self) -> QuantConfig:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
@@ -124,6 +128,7 @@ class QuantizeResult:
     budget: dict | None = None
     comparison: Comparison | None = None  # the evaluate stage's float-vs-INT8 rows
     head: HeadDecision | None = None  # int8 head or not, and why
+    rotation: RotationDecision | None = None  # residual stream rotated or not, and why
     head_cost: HeadCost | None = None  # the int8 head alone, when it is int8 and evaluated
     report_files: list[str] = field(default_factory=list)
     seed_runs: list[dict] = field(default_factory=list)  # with seeds > 1: one per seed
@@ -145,7 +150,8 @@ class QuantizeResult:
                 "kept_float": self.kept_float, "float_perplexity": self.float_perplexity,
                 "quant_perplexity": self.quant_perplexity,
                 "perplexity_change_pct": self.perplexity_change_pct, "budget": self.budget,
-                **self.seeds_dict(), **self.info.to_dict(), **self.head_dict()}
+                **self.seeds_dict(), **self.info.to_dict(), **self.head_dict(),
+                **self.rotation_dict()}
 
     def seeds_dict(self) -> dict:
         """With --seeds N: each seed's perplexity change, their mean, worst and spread."""
@@ -154,6 +160,11 @@ class QuantizeResult:
         changes = [r["perplexity_change_pct"] for r in self.seed_runs]
         return {"seeds": {"runs": self.seed_runs, "mean_pct": sum(changes) / len(changes),
                           "worst_pct": max(changes), "spread_pct": max(changes) - min(changes)}}
+
+    def rotation_dict(self) -> dict:
+        r = self.rotation
+        return {"rotation": None if r is None else {"mode": r.mode, "rotated": r.rotate,
+                                                    "reason": r.reason}}
 
     def head_dict(self) -> dict:
         """int8_head (bool), int8_head_reason, the head's share and, when measured, what the
@@ -215,6 +226,9 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
             check_replaceable(Path(req.out_dir), req.overwrite)
         except OutputFolderError as exc:
             raise QuantError(str(exc)) from None
+    if req.rotate not in ROTATE_MODES:
+        raise QuantError(f"unknown rotation {req.rotate!r}; choose one of "
+                         f"{', '.join(ROTATE_MODES)}")
     if req.recipe not in ("auto", "plain"):
         raise QuantError(f"unknown recipe {req.recipe!r}; choose auto or plain")
     check_budget(req.budget_pct)
@@ -262,6 +276,8 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
     cfg = replace(cfg, int8_head=head.int8_head)
     _check_device(req, cfg, loaded.model)
     float_bytes = weight_bytes(loaded.model)
+    # before the float head is kept: the head cost compares against the rotated one
+    cfg, rotation = rotated_config(req, cfg, loaded.model, progress=ev.step)
     # the float table, kept referenced so the int8 head's own cost can be measured after
     float_head = loaded.model.get_output_embeddings().weight if head.int8_head else None
     ev.step("load", 1, 1)
@@ -277,7 +293,8 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
                             kept_float=out.get("kept_float", {}),
                             float_perplexity=out.get("float_ppl"),
                             quant_perplexity=out.get("quant_ppl"), budget=out.get("budget"),
-                            head=head, seed_runs=out.get("seed_runs", []))
+                            head=head, rotation=rotation,
+                            seed_runs=out.get("seed_runs", []))
     if float_head is not None and out["info"].int8_head and (req.evaluation() or req.eval_file):
         result.head_cost = _head_cost(req, out["model"], float_head, loaded.tokenizer, ev,
                                       cancel)
@@ -293,6 +310,15 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
     result.stages = ev.finish()
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def rotated_config(req: QuantizeRequest, cfg: QuantConfig, model: Any,
+                   progress: Callable[[str, int, int], None] | None = None
+                   ) -> tuple[QuantConfig, RotationDecision]:
+    """The request's rotation applied to `model` in place, and `cfg` saying so: the first
+    thing quantizing does to the float model (benchmarks that call run_auto start here too)."""
+    rotation = rotate_as_decided(req.rotate, cfg.method, model, progress=progress)
+    return replace(cfg, rotate=rotation.rotate), rotation
 
 
 def run_quantize(req: QuantizeRequest, progress: Callable[[str, int, int], None] | None = None,

@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--group-size", type=int, default=None,
                     help="weight scales per group of this many inputs (default: the method's)")
+    ap.add_argument("--rotate", default="off", choices=["off", "on"],
+                    help="as `quantize --rotate`")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--print-only", default=None,
                     help="comma-separated text names to print (the rest goes to --json-out "
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.quant import eval_methods as em
     from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
-    from npu_console.engine.quant.workflow import QuantizeRequest
+    from npu_console.engine.quant.workflow import QuantizeRequest, rotated_config
 
     loaded = load_model(args.model, device="cpu", dtype="float32")
     tok = loaded.tokenizer
@@ -77,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
                                                   loaded.files_dir, None, None,
                                                   self_tokens=self_tokens_for(method), seed=seed)
             extra = {} if args.group_size is None else {"group_size": args.group_size}
-            cfg = QuantizeRequest(model_dir="", out_dir=None, method=method, **extra).config()
-            res = run_auto(copy.deepcopy(loaded.model), tok, cfg, samples, source)
+            req = QuantizeRequest(model_dir="", out_dir=None, method=method,
+                                  rotate=args.rotate, **extra)
+            model = copy.deepcopy(loaded.model)
+            cfg, rotation = rotated_config(req, req.config(), model)
+            res = run_auto(model, tok, cfg, samples, source)
             got = ppl(res.model)
             change = {k: 100 * (got[k] / base[k] - 1) for k in got}
             run = {"method": method, "seed": seed, "change_pct": change,
                    "int8_weight_fraction": res.int8_weight_fraction,
-                   "kept_float": len(res.kept_float), "seconds": time.perf_counter() - t0,
+                   "kept_float": len(res.kept_float), "rotated": rotation.rotate,
+                   "seconds": time.perf_counter() - t0,
                    "calibration": res.calibration}
             runs.append(run)
             print(json.dumps({**run, "change_pct": visible(change)}), flush=True)
