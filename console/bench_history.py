@@ -1,6 +1,6 @@
 """The Benchmark page's model, free of Qt: the results history (console/bench_store.py's
 JSON file), the record on show, and what the page displays of a record (table rows, series and
-summary text). The page binds to this and draws."""
+summary text). It announces its changes; the page subscribes and draws."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from .bench_store import (
     offline_record,
     serving_record,
 )
+from .events import Emitter
 
 LATENCIES = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2EL", "e2el_ms"))
 OFFLINE_HEADERS = ["Batch", "Output tok/s", "Decode tok/s", "TTFT ms", "TPOT ms", "Peak memory",
@@ -22,21 +23,35 @@ def fmt(v, spec=".1f", unit="") -> str:
 
 
 class BenchHistory:
-    """Past runs, newest first, and the one on show."""
+    """Past runs, newest first, and the one on show. Announces on `events`
+    (console.events.Emitter), on the thread that changed it: "records" with the list whenever
+    the history is read or grows, "current" with the record put on show."""
 
     def __init__(self, store: BenchStore | None = None):
         self.store = store or BenchStore()
         self.records: list[BenchRecord] = []
         self.current: BenchRecord | None = None
+        self.events = Emitter()
 
     def reload(self) -> list[BenchRecord]:
         self.records = self.store.load()
+        self.events.emit("records", self.records)
         return self.records
 
     def add(self, rec: BenchRecord) -> None:
+        """A finished run: kept, and put on show."""
         self.store.add(rec)
         self.reload()
+        self.show(rec)
+
+    def show(self, rec: BenchRecord) -> None:
         self.current = rec
+        self.events.emit("current", rec)
+
+    def pick(self, row: int) -> None:
+        """The history's row `row` on show (a row past the end is ignored)."""
+        if 0 <= row < len(self.records):
+            self.show(self.records[row])
 
 
 # The runs themselves, as job functions (console/jobs.py: `work(report)` on the job's thread).

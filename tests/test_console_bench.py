@@ -68,7 +68,7 @@ def test_offline_sweep_plots_history_and_exports(window, qtbot, tmp_path):
     assert not img.isNull() and img.width() > 100
 
 
-def test_serving_run_against_the_local_server(window, qtbot):
+def test_serving_run_against_the_local_server(window, qtbot, tmp_path):
     server = window.page("server")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,6 +119,14 @@ def test_serving_run_against_the_local_server(window, qtbot):
         assert rec.kind == "serving" and rec.document["cancelled"] is True
         assert 1 <= rec.document["metrics"]["completed"] < 200
         assert "stopped" in rec.title and page.history.rowCount() == 3
+        # an earlier run, clicked in the history, is drawn again: the offline sweep's plots
+        # and table (the model announces it; the page only renders)
+        row = next(r for r in range(3) if page.history.item(r, 1).text().startswith("offline"))
+        page.history.cellClicked.emit(row, 1)
+        assert page.record.kind == "offline" and page.plots.currentWidget() is page.offline_plots
+        assert page.table.horizontalHeaderItem(0).text() == "Batch"
+        assert page.result_title.text().startswith("Offline:")
+        page.grab().save(str(tmp_path.parent / "benchmark_history_picked.png"))
     finally:
         server.stop()
         qtbot.waitUntil(lambda: not server.running() and not server.busy(), timeout=WAIT_MS)

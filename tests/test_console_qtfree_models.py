@@ -150,6 +150,23 @@ def test_bench_history_keeps_runs_newest_first(tmp_path):
         ["run 2", "run 1", "run 0"]
 
 
+def test_bench_history_announces_what_changed(tmp_path):
+    hist = BenchHistory(BenchStore(tmp_path / "runs.json"))
+    seen = []
+    hist.events.subscribe("records", lambda recs: seen.append(("records", len(recs))))
+    hist.events.subscribe("current", lambda rec: seen.append(("current", rec.title)))
+    hist.events.subscribe("current", lambda rec: 1 / 0)  # a broken listener stops no one
+    hist.reload()
+    hist.add(BenchRecord("offline", "2026-01-01T00:00:00", "a", {}, []))
+    hist.add(BenchRecord("serving", "2026-01-02T00:00:00", "b", {}, []))
+    assert seen == [("records", 0), ("records", 1), ("current", "a"), ("records", 2),
+                    ("current", "b")]
+    seen.clear()
+    hist.pick(1)  # the history's second row: the older run
+    hist.pick(7)  # past the end: nothing
+    assert seen == [("current", "a")] and hist.current.title == "a"
+
+
 def test_result_tables_and_summary():
     doc = {"batches": [{"batch_size": 4, "output_tokens_per_s": 12.34, "ttft_ms_mean": None}]}
     assert offline_rows(doc)[0][:3] == ["4", "12.3", "—"]

@@ -52,9 +52,11 @@ class BenchmarkPage(Page):
         self.job: BackgroundJob | None = None
         self.last_error = ""
         benchmark_layout.build(self)
+        self.bench.events.subscribe("records", self.show_history)
+        self.bench.events.subscribe("current", self.show_record)
         ctx.engine_host.models_changed.connect(self.set_models)
         self.set_models(ctx.engine_host.models())
-        self.refresh_history()
+        self.bench.reload()
 
     def set_models(self, models) -> None:
         current = self.model_box.currentText()
@@ -118,9 +120,7 @@ class BenchmarkPage(Page):
         self.progress.finish(f"⚠ {msg}")
 
     def _on_result(self, rec: BenchRecord) -> None:
-        self.bench.add(rec)
-        self.refresh_history(reload=False)
-        self.show_record(rec)
+        self.bench.add(rec)  # its "records" and "current" redraw the history and the result
         self.progress.finish(f"Done: {rec.title}")
 
     # ------------------------------------------------------------------ results
@@ -129,8 +129,7 @@ class BenchmarkPage(Page):
     def record(self) -> BenchRecord | None:
         return self.bench.current
 
-    def refresh_history(self, reload: bool = True) -> None:
-        records = self.bench.reload() if reload else self.bench.records
+    def show_history(self, records: list[BenchRecord]) -> None:
         self.history.setRowCount(len(records))
         for r, rec in enumerate(records):
             when = rec.created[5:16].replace("T", " ")
@@ -141,7 +140,6 @@ class BenchmarkPage(Page):
         self.history_empty.setVisible(not records)
 
     def show_record(self, rec: BenchRecord) -> None:
-        self.bench.current = rec
         for b in self.export_buttons:
             b.setEnabled(True)
         self.result_title.setText(f"{rec.kind.title()}: {rec.title}")

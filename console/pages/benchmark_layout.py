@@ -81,7 +81,7 @@ def history_card(page) -> QWidget:
     page.history.setEditTriggers(QAbstractItemView.NoEditTriggers)
     page.history.setSelectionBehavior(QAbstractItemView.SelectRows)
     page.history.setSelectionMode(QAbstractItemView.SingleSelection)
-    page.history.cellClicked.connect(lambda r, _c: page.show_record(page.bench.records[r]))
+    page.history.cellClicked.connect(lambda r, _c: page.bench.pick(r))
     hv.addWidget(page.history, 1)
     page.history_empty = muted("Finished runs are kept here.")
     hv.addWidget(page.history_empty)
