@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..engine.atomic_files import atomic_write_json, check_runs_history, load_json
 from ..engine.typed_records import check_fields
+from .events import Emitter
 
 PRESET_LABELS = {"all": "All linear layers", "attention": "Attention only",
                  "no-down-proj": "All but down_proj", "custom": "Custom skip list"}
@@ -390,7 +391,9 @@ def runs_dir() -> Path:
 
 
 class QuantRunStore:
-    """Earlier runs as one JSON file under the state dir, newest first, one per combination."""
+    """Earlier runs as one JSON file under the state dir, newest first, one per combination.
+    Announces on `events` (console.events.Emitter), on the thread that changed it: "runs" with
+    the list whenever it is read with reload() or grows."""
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
@@ -398,6 +401,12 @@ class QuantRunStore:
 
             path = state_dir() / "quant_runs.json"
         self.path = Path(path)
+        self.events = Emitter()
+
+    def reload(self) -> list[QuantRun]:
+        runs = self.load()
+        self.events.emit("runs", runs)
+        return runs
 
     def load(self) -> list[QuantRun]:
         # a damaged history is kept aside as quant_runs.json.corrupt-<time> and reported
@@ -416,4 +425,5 @@ class QuantRunStore:
     def add(self, run: QuantRun) -> list[QuantRun]:
         runs = [run] + [r for r in self.load() if r.key != run.key]
         atomic_write_json(self.path, {"runs": [r.to_dict() for r in runs]}, indent=1)
+        self.events.emit("runs", runs)
         return runs

@@ -167,6 +167,29 @@ def test_bench_history_announces_what_changed(tmp_path):
     assert seen == [("current", "a")] and hist.current.title == "a"
 
 
+def test_the_quantize_history_announces_what_changed(tmp_path):
+    from npu_console.console.quant_runs import QuantRun, QuantRunStore
+
+    measure = {"name": "f", "method": "float", "disk_bytes": 1, "memory_bytes": 1,
+               "ttft_ms": 1.0, "tok_s": 1.0, "perplexity": 2.0}
+
+    def run(key):
+        return QuantRun.from_dict({
+            "key": key, "plan": {}, "created": "x", "out_dir": "o", "fmt": "native",
+            "seconds": 1.0, "quantized_layers": 1, "skipped_layers": 0, "calib_samples": 0,
+            "float": measure, "quant": {**measure, "perplexity": 2.1}, "eval_source": "e"})
+
+    store = QuantRunStore(tmp_path / "quant_runs.json")
+    seen = []
+    store.events.subscribe("runs", lambda runs: seen.append([r.key for r in runs]))
+    assert store.reload() == []
+    store.add(run("a"))
+    store.add(run("b"))
+    store.add(run("a"))  # measured again: one entry per combination, newest first
+    assert seen == [[], ["a"], ["b", "a"], ["a", "b"]]
+    assert [r.key for r in QuantRunStore(tmp_path / "quant_runs.json").load()] == ["a", "b"]
+
+
 def test_result_tables_and_summary():
     doc = {"batches": [{"batch_size": 4, "output_tokens_per_s": 12.34, "ttft_ms_mean": None}]}
     assert offline_rows(doc)[0][:3] == ["4", "12.3", "—"]

@@ -54,9 +54,10 @@ class QuantizePage(Page):
 
         self.outputs = QuantOutputs(self)  # Load and Save as (quantize_outputs.py)
         quantize_layout.build(self)
+        self.store.events.subscribe("runs", self.run_step.show_history)
         ctx.engine_host.models_changed.connect(self.set_models)
         self.set_models(ctx.engine_host.models())
-        self.refresh_history()
+        self.store.reload()
         self.go(0)
 
     @property
@@ -261,8 +262,7 @@ class QuantizePage(Page):
 
     def _on_run(self, run: QuantRun) -> None:
         self._fresh_key = run.key
-        self.store.add(run)
-        self.refresh_history()
+        self.store.add(run)  # its "runs" redraws "Earlier runs"
         self.show_run(run)
         self.run_step.run_progress.finish(done_text(run))
         if self.auto_load.isChecked():
@@ -272,9 +272,6 @@ class QuantizePage(Page):
 
     def show_run(self, run: QuantRun) -> None:
         self.run_step.show_run(run, self.budget.value())
-
-    def refresh_history(self) -> None:
-        self.run_step.show_history(self.store.load())
 
     # Load and Save as: quantize_outputs.py
 

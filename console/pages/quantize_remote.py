@@ -145,7 +145,6 @@ class RemoteQuant(QObject, PickerOwner):
         if run is not None:
             p.show_run(run)
             p.store.add(run)  # "Earlier runs" lists it, marked with the server
-            p.refresh_history()
         else:
             p.run = None
         rs = p.run_step
