@@ -1,6 +1,7 @@
 """One chat as a model, free of Qt (napari-style): the conversation (one pane, or two side by
 side for A/B), where it is saved, the requests a turn sends and what a finished reply records.
-The Chat page is a view bound to it: it draws the panes and hands the requests to the bridge."""
+It announces each change; the Chat page subscribes and draws the panes, and hands the requests
+to the bridge."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chat_store import ChatStore, Conversation, Message, Pane
+from .events import Emitter
 
 TITLE_CHARS = 48
 
@@ -38,9 +40,16 @@ class LiveReply:
 
 
 class ChatSession:
+    """Announces on `events` (console.events.Emitter), on the thread that changed it:
+    "message" (pane index, Message) for each message appended to a pane; "truncated" (pane
+    index, messages kept) when a pane loses its tail; "conversation" (Conversation) when
+    another chat is in place (new, opened); "panes" (Conversation) when A/B adds or drops the
+    second pane; "saved" (Conversation) once it is written."""
+
     def __init__(self, store: ChatStore | None = None):
         self.store = store or ChatStore()
         self.conv = Conversation()
+        self.events = Emitter()
 
     # ------------------------------------------------------------------ turns
     def add_user_turn(self, text: str) -> list[Message]:
@@ -48,10 +57,11 @@ class ChatSession:
         if self.conv.empty:
             self.conv.title = text[:TITLE_CHARS] + ("…" if len(text) > TITLE_CHARS else "")
         msgs = []
-        for pane in self.conv.panes:
+        for i, pane in enumerate(self.conv.panes):
             msg = Message("user", text)
             pane.messages.append(msg)
             msgs.append(msg)
+            self.events.emit("message", i, msg)
         return msgs
 
     def turn_requests(self, values: dict[str, Any], params: Any,
@@ -80,12 +90,14 @@ class ChatSession:
         if error is not None:
             reply.stats = {"finish": "error", "error": error}
         self.conv.panes[pane].messages.append(reply)
+        self.events.emit("message", pane, reply)
 
     def drop_last_replies(self) -> bool:
         """Remove each pane's last reply (regenerate); True when a user turn is left to answer."""
-        for pane in self.conv.panes:
+        for i, pane in enumerate(self.conv.panes):
             if pane.messages and pane.messages[-1].role == "assistant":
                 pane.messages.pop()
+                self.events.emit("truncated", i, len(pane.messages))
         first = self.conv.panes[0].messages
         return bool(first) and first[-1].role == "user"
 
@@ -93,8 +105,9 @@ class ChatSession:
         """Edit-and-resend: drop the message at `message_index` and all after it, in every
         pane; returns the dropped message of the first pane."""
         msg = self.conv.panes[0].messages[message_index]
-        for pane in self.conv.panes:
+        for i, pane in enumerate(self.conv.panes):
             del pane.messages[message_index:]
+            self.events.emit("truncated", i, message_index)
         return msg
 
     # ------------------------------------------------------------------ conversations
@@ -102,6 +115,7 @@ class ChatSession:
         self.conv = Conversation()
         if ab:
             self.conv.panes.append(Pane(second_model))
+        self.events.emit("conversation", self.conv)
 
     def set_ab(self, on: bool, second_model: str | None) -> None:
         """Add a second pane (a copy of the first's messages) or drop it."""
@@ -110,16 +124,21 @@ class ChatSession:
                                         [Message(**vars(m)) for m in self.conv.panes[0].messages]))
         elif not on and len(self.conv.panes) > 1:
             self.conv.panes = self.conv.panes[:1]
+        else:
+            return
+        self.events.emit("panes", self.conv)
 
     def open(self, conv_id: str) -> None:
         """Load a saved chat (raises OSError / ValueError / KeyError for a bad one)."""
         self.conv = self.store.load(conv_id)
+        self.events.emit("conversation", self.conv)
 
     def save(self) -> bool:
         """Write the chat (an empty one is not kept); raises OSError."""
         if self.conv.empty:
             return False
         self.store.save(self.conv)
+        self.events.emit("saved", self.conv)
         return True
 
 

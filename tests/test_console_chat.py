@@ -117,7 +117,7 @@ def test_edit_and_resend(chat, qtbot):
     assert len(chat.transcripts[0].bubbles) == 4
 
 
-def test_ab_mode_two_variants_side_by_side(window, chat, qtbot):
+def test_ab_mode_two_variants_side_by_side(window, chat, qtbot, tmp_path):
     chat.ab_check.setChecked(True)
     chat.model_b.setCurrentText("b")
     assert chat.transcripts[1].isVisible()
@@ -132,6 +132,15 @@ def test_ab_mode_two_variants_side_by_side(window, chat, qtbot):
     assert chat.transcripts[1].bubbles[-1].stats.text()
     md = chat.conv.to_markdown()
     assert "## A: a" in md and "## B: b" in md
+    chat.grab().save(str(tmp_path.parent / "chat_ab.png"))
+    # a new chat empties both panes; the saved one opens as it was, both sides drawn again
+    conv_id = chat.conv.id
+    chat.new_chat()
+    assert [len(t.bubbles) for t in chat.transcripts] == [0, 0]
+    chat.open_conversation(conv_id)
+    assert chat.ab_check.isChecked()
+    assert [len(t.bubbles) for t in chat.transcripts] == [2, 2]
+    assert chat.transcripts[1].bubbles[-1].message.model == "b"
 
 
 def test_unknown_model_error_is_shown_inline(chat, qtbot):

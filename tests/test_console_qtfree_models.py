@@ -263,6 +263,31 @@ def test_chat_session_turns_ab_and_storage(tmp_path):
     assert len(again.conv.panes) == 2 and again.conv.empty
 
 
+def test_chat_session_announces_every_change(tmp_path):
+    """What the Chat page draws from: every change to the panes comes as an event, in order."""
+    s = ChatSession(ChatStore(tmp_path))
+    seen = []
+    for name in ("message", "truncated", "conversation", "panes", "saved"):
+        s.events.subscribe(name, lambda *args, name=name: seen.append(
+            (name,) + tuple(a.content if isinstance(a, Message) else
+                            len(a.panes) if hasattr(a, "panes") else a for a in args)))
+    s.add_user_turn("hi")
+    s.set_ab(True, "b")
+    s.set_ab(True, "b")  # already two panes: nothing changed, nothing said
+    s.add_reply(0, Message("assistant", "A"))
+    s.add_reply(1, Message("assistant", "B"), "gone")
+    assert s.save()
+    s.drop_last_replies()
+    s.truncate(0)
+    s.open(s.conv.id)
+    s.set_ab(False, None)
+    s.new()
+    assert seen == [("message", 0, "hi"), ("panes", 2), ("message", 0, "A"),
+                    ("message", 1, "B"), ("saved", 2), ("truncated", 0, 1),
+                    ("truncated", 1, 1), ("truncated", 0, 0), ("truncated", 1, 0),
+                    ("conversation", 2), ("panes", 1), ("conversation", 1)]
+
+
 def test_reply_stats_from_a_finish_event():
     from npu_console.engine.runtime.types import FinishEvent, RequestTimings, Usage
 

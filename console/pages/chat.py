@@ -32,8 +32,24 @@ class ChatPage(Page):
         self.choices: list = []  # what the model boxes offer (ModelChoice), servers' too
         chat_layout.build(self)
         chat_layout.listen(self)
+        self._follow_session()
         self.refresh_list()
         self._update_buttons()
+
+    def _follow_session(self) -> None:
+        """The transcripts and the chat list follow the session's announcements."""
+        ev = self.session.events
+        ev.subscribe("message", lambda pane, msg: self.transcripts[pane].add(msg))
+        ev.subscribe("truncated", lambda pane, n: self.transcripts[pane].truncate(n))
+        ev.subscribe("conversation", lambda conv: chat_layout.show_conversation(self, conv))
+        ev.subscribe("panes", self._panes_changed)
+        ev.subscribe("saved", lambda _conv: self.refresh_list())
+
+    def _panes_changed(self, conv) -> None:
+        if len(conv.panes) > 1:
+            chat_layout.render_pane(self, conv, 1)
+        else:
+            self.transcripts[1].clear()
 
     # ------------------------------------------------------------------ models
 
@@ -78,13 +94,8 @@ class ChatPage(Page):
         if on:
             half = max(200, self.panes_split.width() // 2)
             self.panes_split.setSizes([half, half])
-        had = len(self.conv.panes)
         # B starts from the same history as A so both sides answer the same conversation
         self.session.set_ab(on, self.model_b.currentText() or None)
-        if on and had < 2:
-            chat_layout.render_pane(self, self.conv, 1)
-        elif not on and had > 1:
-            self.transcripts[1].clear()
 
     # ------------------------------------------------------------------ sending
 
@@ -105,8 +116,7 @@ class ChatPage(Page):
             self.error_label.setText("No model loaded: load one on the Models page.")
             return []
         self.input.clear()
-        for i, msg in enumerate(self.session.add_user_turn(text)):
-            self.transcripts[i].add(msg)
+        self.session.add_user_turn(text)
         if not self.choices:
             self.held = True
             self.error_label.setText("")
@@ -150,11 +160,10 @@ class ChatPage(Page):
                 rid = self.ctx.bridge.submit(request, engine=engine)
             except EngineError as exc:
                 self.session.add_reply(i, reply, exc.message)
-                self.transcripts[i].add(reply)
                 self.error_label.setText(exc.message)
                 continue
             self.session.add_reply(i, reply)
-            bubble = self.transcripts[i].add(reply)
+            bubble = self.transcripts[i].bubbles[-1]  # drawn as the session announced it
             bubble.render(streaming=True)
             self.live[rid] = LiveReply(i, reply, bubble)
             ids.append(rid)
@@ -203,8 +212,6 @@ class ChatPage(Page):
         if self.busy() or self.conv.empty:
             return []
         answerable = self.session.drop_last_replies()
-        for i, pane in enumerate(self.conv.panes):
-            self.transcripts[i].truncate(len(pane.messages))
         return self._generate() if answerable else []
 
     def edit_message(self, pane_index: int, message_index: int) -> None:
@@ -213,8 +220,6 @@ class ChatPage(Page):
             return
         msg = self.conv.panes[pane_index].messages[message_index]
         self.session.truncate(message_index)
-        for i in range(len(self.conv.panes)):
-            self.transcripts[i].truncate(message_index)
         self.input.setPlainText(msg.content)
         self.input.setFocus()
         self._update_buttons()
@@ -227,8 +232,6 @@ class ChatPage(Page):
         self.live.clear()
         self.held = False
         self.session.new(self.model_b.currentText() or None, ab=self.ab_check.isChecked())
-        for t in self.transcripts:
-            t.clear()
         self._last_usage = 0
         self._update_context()
         self._update_buttons()
@@ -236,12 +239,9 @@ class ChatPage(Page):
 
     def save(self) -> None:
         try:
-            if not self.session.save():
-                return
+            self.session.save()  # its "saved" refreshes the chat list
         except OSError as exc:
             self.error_label.setText(f"Could not save the chat: {exc}")
-            return
-        self.refresh_list()
 
     def refresh_list(self) -> None:
         chat_layout.fill_conversations(self, self.store.list(), self.conv.id)
@@ -250,11 +250,9 @@ class ChatPage(Page):
         if self.busy():
             return
         try:
-            self.session.open(conv_id)
+            self.session.open(conv_id)  # its "conversation" draws the chat
         except (OSError, ValueError, KeyError) as exc:
             self.error_label.setText(f"Could not open the chat: {exc}")
-            return
-        chat_layout.show_conversation(self, self.conv)
 
     def choose_export(self, suffix: str) -> None:
         self._dialog = chat_layout.export_dialog(self, suffix, f"chat-{self.conv.id}{suffix}",
