@@ -124,7 +124,7 @@ def quantize_head(model: Any) -> dict:
     """lm_head -> int8 weight-only QuantLinear (per-row scales: exactly per output token), the
     input embedding -> QuantEmbedding (sharing the head's int8 table when the model ties them).
     Weight-only for the head whatever the method: the logits are the most sensitive product."""
-    from .head import embedding_scale, unsupported
+    from .head import embedding_scale, head_is_tied, unsupported
     from .qlinear import QuantEmbedding
 
     why = unsupported(model)
@@ -132,7 +132,7 @@ def quantize_head(model: Any) -> dict:
         raise QuantError(f"--int8-head is not possible for this model: {why}")
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
     scale = embedding_scale(emb)
-    tied = head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
+    tied = head_is_tied(model)
     head_name, emb_name = _module_name(model, head), _module_name(model, emb)
     qhead = QuantLinear.from_linear(head, "w8a16")
     qhead.act_rows = "token"  # its input is the final norm's: int16 rows per token suffice

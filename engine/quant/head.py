@@ -39,6 +39,12 @@ def head_mode(value: str | bool | None) -> str:
     return value
 
 
+def head_is_tied(model: Any) -> bool:
+    """Whether lm_head and the token embedding share one table."""
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    return head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr()
+
+
 def embedding_scale(emb: Any) -> float | None:
     """The factor a token embedding multiplies its rows by: 1.0 for a plain nn.Embedding, the
     stored scale of a scaled one (Gemma's `*TextScaledWordEmbedding`: sqrt(hidden)), None for

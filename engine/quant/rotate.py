@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .config import QuantError
+from .head import head_is_tied
 
 ROTATE_MODES = ("off", "on")
 SEED = 0
@@ -38,7 +39,7 @@ class Stream:
     norms: tuple[tuple[torch.nn.Module, tuple[torch.nn.Linear, ...]], ...]
     writers: tuple[torch.nn.Linear, ...]
     # (v_proj, o_proj, head_dim) per layer: the value heads' basis, turned per head
-    values: tuple[tuple[torch.nn.Linear, torch.nn.Linear, int], ...] = ()
+    values: tuple[tuple[torch.nn.Linear, torch.nn.Linear, int], ...]
 
 
 def _plain_rmsnorm(mod: Any) -> bool:
@@ -90,13 +91,17 @@ class RotationDecision:
     reason: str
 
 
+def check_mode(mode: str) -> None:
+    if mode not in ROTATE_MODES:
+        raise QuantError(f"unknown rotation {mode!r}; choose one of {', '.join(ROTATE_MODES)}")
+
+
 def decide(mode: str, method: str, model: Any) -> RotationDecision:
     """Whether to rotate this model: 'on' for a model that cannot be rotated is refused here,
     right after the load, before any calibration. Off unless asked: on SmolLM2 it moved the
     dev text but not the worst evaluation text, and it unties a tied head (docs/quantization.md,
     "The residual stream rotated")."""
-    if mode not in ROTATE_MODES:
-        raise QuantError(f"unknown rotation {mode!r}; choose one of {', '.join(ROTATE_MODES)}")
+    check_mode(mode)
     if mode == "off":
         return RotationDecision(mode, False, "off (the default)")
     try:
@@ -104,23 +109,8 @@ def decide(mode: str, method: str, model: Any) -> RotationDecision:
     except QuantError as exc:
         raise QuantError(f"--rotate on is not possible for this model: {exc}") from None
     return RotationDecision(mode, True, f"asked for, before {method}"
-                            + (" (the head is untied from the embedding)" if _tied(model)
-                               else ""))
-
-
-def rotate_as_decided(mode: str, method: str, model: Any,
-                      progress: Callable[[str, int, int], None] | None = None
-                      ) -> RotationDecision:
-    """decide(), then rotate `model` in place when it says so: what `quantize` does first."""
-    decision = decide(mode, method, model)
-    if decision.rotate:
-        rotate_residual(model, progress=progress)
-    return decision
-
-
-def _tied(model: Any) -> bool:
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
-    return head.weight is embed.weight or head.weight.data_ptr() == embed.weight.data_ptr()
+                            + (" (the head is untied from the embedding)"
+                               if head_is_tied(model) else ""))
 
 
 def random_orthogonal(dim: int, seed: int) -> torch.Tensor:
@@ -163,7 +153,7 @@ def rotate_residual(model: Any, seed: int = SEED,
     s = find_stream(model)
     q = (hadamard_orthogonal if kind == "hadamard" else random_orthogonal)(
         s.embed.weight.shape[1], seed)
-    if _tied(model):
+    if head_is_tied(model):
         s.head.weight = torch.nn.Parameter(s.embed.weight.detach().clone(), requires_grad=False)
     cfg = getattr(model, "config", None)
     for c in (cfg, cfg.get_text_config() if hasattr(cfg, "get_text_config") else None):

@@ -34,7 +34,8 @@ from .config import FORMATS, QuantConfig, QuantError, select_layers
 from .head import HeadCost, HeadDecision, decide, head_mode
 from .outdir import OutputFolderError, check_replaceable, write_folder
 from .report import Comparison, EvalSpec, write_report
-from .rotate import ROTATE_MODES, RotationDecision, rotate_as_decided
+from .rotate import RotationDecision, check_mode, rotate_residual
+from .rotate import decide as decide_rotation
 from .stages import (
     _WORDS,
     STAGES,
@@ -226,9 +227,7 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
             check_replaceable(Path(req.out_dir), req.overwrite)
         except OutputFolderError as exc:
             raise QuantError(str(exc)) from None
-    if req.rotate not in ROTATE_MODES:
-        raise QuantError(f"unknown rotation {req.rotate!r}; choose one of "
-                         f"{', '.join(ROTATE_MODES)}")
+    check_mode(req.rotate)
     if req.recipe not in ("auto", "plain"):
         raise QuantError(f"unknown recipe {req.recipe!r}; choose auto or plain")
     check_budget(req.budget_pct)
@@ -317,7 +316,9 @@ def rotated_config(req: QuantizeRequest, cfg: QuantConfig, model: Any,
                    ) -> tuple[QuantConfig, RotationDecision]:
     """The request's rotation applied to `model` in place, and `cfg` saying so: the first
     thing quantizing does to the float model (benchmarks that call run_auto start here too)."""
-    rotation = rotate_as_decided(req.rotate, cfg.method, model, progress=progress)
+    rotation = decide_rotation(req.rotate, cfg.method, model)
+    if rotation.rotate:
+        rotate_residual(model, progress=progress)
     return replace(cfg, rotate=rotation.rotate), rotation
 
 
