@@ -64,10 +64,16 @@ class ModelStep(QWidget):
 
     def _model_changed(self) -> None:
         data = self.model_box.currentData()
-        self.model_info.setText(data[1] if data is not None else
-                                "No model loaded yet: load one on the Models page or pick a "
-                                "folder.")
+        self.model_info.setText(data[1] if data is not None else self._why_none())
         self.changed.emit()
+
+    def _why_none(self) -> str:
+        # `make run` opens the chat model in INT8: it is loaded, but not a float model to start from
+        int8 = [m.name for m in self._models if m.quantization]
+        if int8:
+            return (f"Loaded already in INT8: {', '.join(int8)}. Quantizing starts from float "
+                    "weights: load one as Float on the Models page, or pick a folder.")
+        return "No model loaded yet: load one on the Models page or pick a folder."
 
 
 class MethodStep(QWidget):
