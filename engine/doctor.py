@@ -165,7 +165,7 @@ def check_devices() -> list[Check]:
 def check_cpu_kernels() -> Check:
     """Which CPU kernels decode steps use (fp32 and INT8 products); builds the native ones if
     needed."""
-    from .kernels import native
+    from .kernels import native, packed
 
     info = native.build()
     flags = native.cpu_flags()
@@ -177,8 +177,11 @@ def check_cpu_kernels() -> Check:
                ("AVX2" if "avx2" in flags else "no AVX2"))
     if info.path is not None:
         int8 = {
-            "avx512-vnni": "W8A8 and per-channel W8A16 on AVX512-VNNI, per-group W8A16 and fp32 "
-                           "on AVX2",
+            "avx512-vnni": ("W8A8 and W8A16 (per-channel or per-group scales) on AVX512-VNNI, "
+                            "served W8A16 packed 16 channels per register"
+                            if packed.available() else
+                            "W8A8 and per-channel W8A16 on AVX512-VNNI, per-group W8A16 on AVX2 "
+                            "(NPU_CONSOLE_PACKED_W8A16=0)") + ", fp32 on AVX2",
             "neon-dotprod": "W8A8 on sdot (dotprod), W8A16 (per-channel or per-group scales) "
                             "and fp32 on NEON",
             "neon": "fp32, W8A16 (per-channel or per-group scales) and W8A8 on NEON",

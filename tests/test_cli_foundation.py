@@ -30,7 +30,9 @@ def test_doctor_json_says_there_is_no_npu_and_why(capsys):
     if native.available():
         assert kern["status"] == "ok" and "native kernels" in kern["detail"]
         vnni = native.int8_isa() == "avx512-vnni"
-        assert ("W8A8 and per-channel W8A16 on AVX512-VNNI" in kern["detail"]) == vnni
+        assert ("W8A8 and W8A16 (per-channel or per-group scales) on AVX512-VNNI"
+                in kern["detail"]) == vnni
+        assert ("packed 16 channels per register" in kern["detail"]) == vnni
     else:  # says which kernels run instead, and why
         assert kern["status"] in ("warn", "info") and "PyTorch's own" in kern["detail"]
     assert res.returncode == (1 if not data["ok"] else 0)

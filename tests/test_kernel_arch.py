@@ -49,7 +49,7 @@ def test_aarch64_cpus_are_no_longer_turned_away(monkeypatch):
     ("neon-dotprod", "w8a16", True, "neon"),
     ("neon", "w8a8-dynamic", False, "neon"),
     ("avx512-vnni", "w8a16", False, "avx512-vnni"),
-    ("avx512-vnni", "w8a16", True, "avx2"),
+    ("avx512-vnni", "w8a16", True, "avx512-vnni"),  # on the packed layout
     ("avx2", "w8a8-dynamic", False, "avx2"),
 ])
 def test_each_layer_names_the_instructions_that_run_it(monkeypatch, isa, method, grouped, want):

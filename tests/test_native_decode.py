@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from npu_console.engine.kernels import packed as packed_kernels
 from npu_console.engine.runtime.runner import BatchedRunner
 from npu_console.engine.runtime.scheduler import ScheduledSeq
 from support.kernels import assert_same_choice
@@ -85,14 +86,19 @@ def test_native_step_runs_int8_layers_like_the_pytorch_loop(method, family):
         assert_same_choice(a, b, tol)
 
 
-@pytest.mark.parametrize("group_size", [32, 128])
-def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(group_size):
+@pytest.mark.parametrize("family,group_size", [("qwen2", 32), ("qwen2", 128), ("phi3", 32)])
+def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(family, group_size):
     """Per-group weight scales in the native step (cpu_decode.c hands the group to the W8A16
-    product) against the runner's loop over the same layers."""
-    model = _quantized("w8a16", group_size)
+    product) against the runner's loop over the same layers; Phi-3's fused q/k/v and gate/up
+    are handed over from row offsets (of the packed copy on VNNI builds)."""
+    model = _quantized("w8a16", group_size, family)
     out, native, _ = decode_both(model)
-    layer = native.layers[0].self_attn.q_proj
-    assert layer.group_size == group_size and layer.weight_scale.shape == (256, 256 // group_size)
+    attn = native.layers[0].self_attn
+    layer = attn.qkv_proj if family == "phi3" else attn.q_proj
+    assert layer.group_size == group_size
+    assert layer.plain_scale().shape == (layer.out_features, 256 // group_size)
+    # on VNNI builds the step multiplies the packed copy (cpu_i8_vnni.c pk_gemm)
+    assert (layer.packed is not None) == packed_kernels.available()
     for a, b in out:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
         assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))

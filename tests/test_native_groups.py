@@ -10,6 +10,7 @@ import pytest
 import torch
 from npu_console.engine import kernels
 from npu_console.engine.kernels import cpu, native, qmath
+from npu_console.engine.kernels import packed as packed_kernels
 from npu_console.engine.quant.qlinear import QuantLinear
 from support.api import own_engine
 from support.kernels import assert_same_greedy_tokens, avx2_only_build
@@ -131,14 +132,22 @@ def test_grouped_layers_run_where_the_per_channel_ones_do(group, rows, cpu_path)
     lin = torch.nn.Linear(384, 67)
     x = torch.randn(2, rows, 384)
     q = QuantLinear.from_linear(lin, "w8a16", group_size=group)
-    assert q.kernel_name() == ("native-avx2" if cpu_path == "native" else "torch-grouped")
+    native_name = f"native-{native.layer_isa('w8a16', True)}"
+    assert q.kernel_name() == (native_name if cpu_path == "native" else "torch-grouped")
     y = q(x)
     assert y.shape == (2, rows, 67)
+    w, s = q.weight.clone(), q.weight_scale.clone()
     ref = x.double() @ q.dequantized_weight().double().t() + lin.bias.double()
     # native: 16-bit block floating point activations; PyTorch's: bf16 ones
     assert _rel(y, ref) < (1e-4 if cpu_path == "native" else 1e-2)
-    q.release_plain_weight()  # both paths read the plain weight: it stays
-    assert q.weight.numel() == 384 * 67 and torch.equal(q(x), y)
+    q.release_plain_weight()
+    # VNNI builds multiply a packed copy (67 channels: 5 strips, the last one padded), so the
+    # plain weight and scales go and are read back from it; other paths keep reading them
+    packs = cpu_path == "native" and packed_kernels.available()
+    assert q.weight.numel() == (0 if packs else 384 * 67)
+    assert q.weight_scale.numel() == (0 if packs else 67 * 384 // group)
+    assert torch.equal(q.plain_weight(), w) and torch.equal(q.plain_scale(), s)
+    assert torch.equal(q(x), y) if not packs else _rel(q(x), y) < 1e-6  # summed in another order
 
 
 def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():
@@ -150,7 +159,8 @@ def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():
     assert q16.kernel_name() == "torch-grouped"
     assert _rel(q16(x), x.double() @ q16.dequantized_weight().double().t()
                 + lin.bias.double()) < 1e-2
-    assert QuantLinear.from_linear(lin, "w8a16", group_size=32).kernel_name() == "native-avx2"
+    assert QuantLinear.from_linear(lin, "w8a16", group_size=32).kernel_name() == \
+        f"native-{native.layer_isa('w8a16', True)}"
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +211,8 @@ def test_a_group_32_model_generates_the_same_tokens_natively_and_on_pytorch(grou
         handles = [eng.submit(GenerationRequest(prompt_token_ids=p, params=SamplingParams(
             max_tokens=24, temperature=0, ignore_eos=True))) for p in prompts]
         got = [list(h.result(120).token_ids) for h in handles]
-    assert info.int8_kernels == "native-avx2" and info.decode_step == "native"
+    assert info.int8_kernels == f"native-{native.layer_isa('w8a16', True)}"
+    assert info.decode_step == "native"
 
     fallback = load_model(out).model  # fresh layers: none bound to the native kernel yet
     monkeypatch.setitem(kernels._BACKENDS, "cpu", cpu.CpuBackend(use_native=False))
@@ -235,9 +246,11 @@ def test_exports_keep_the_groups_or_refuse(grouped_export, tmp_path, demo_model_
         assert sorted(got) == sorted(layers)
         for name, m in got.items():
             assert m.group_size == 32
-            assert m.kernel_name() == ("native-avx2" if native.available() else "torch-grouped")
-            assert torch.equal(m.weight, layers[name].weight)
-            assert torch.equal(m.weight_scale, layers[name].weight_scale)
+            assert m.kernel_name() == (f"native-{native.layer_isa('w8a16', True)}"
+                                       if native.available() else "torch-grouped")
+            # loaded for serving: on VNNI builds read back from the packed copy
+            assert torch.equal(m.plain_weight(), layers[name].plain_weight())
+            assert torch.equal(m.plain_scale(), layers[name].plain_scale())
         with torch.inference_mode():
             assert torch.allclose(back(input_ids=ids).logits, want, atol=1e-4)
     # groups are a w8a16 option, and compressed-tensors takes no w8a16: it says where to go

@@ -124,7 +124,9 @@ def test_released_plain_weight_keeps_outputs(method, cpu_path):
     q.release_plain_weight()
     # a kernel with its own packed copy frees the plain weight; one that reads it keeps it
     assert (q.weight.numel() == 0) == cpu_path.packs_own_copy(q)
-    assert torch.equal(q(x), before)
+    # the same products: bit for bit, or, from the VNNI builds' packed copy, summed in
+    # another order (fp32 rounding)
+    assert _rel(q(x), before) < 1e-6
 
 
 def test_per_token_scaling_isolates_rows(cpu_path):

@@ -9,7 +9,10 @@
   64-256 rows; on an AVX512-VNNI CPU, where fbgemm needs no split, they still decoded
   SmolLM2-135M 5.7x faster at batch 1 and 1.7-2.4x at batch 8-16 (design/MEASURED_2026-12-01.md,
   section 2). One choice on both CPU types also means one
-  decode path for the tests. They read the plain int8 weight, so W8A8 keeps no fbgemm copy.
+  decode path for the tests. They read the plain int8 weight, so W8A8 keeps no fbgemm copy;
+  the block products on VNNI builds are the exception: W8A16 and w8a8-dynamic's blocks are
+  packed 16 output channels to a register (kernels/packed.py), and serving keeps only that
+  copy.
   Where they do not build (no compiler, no AVX2):
 * W8A16: `aten._weight_int8pack_mm` (int8 weight, bf16 activations, per-channel scales;
   per-group scales run as bf16 products per group, summed in fp32: "torch-grouped"). Its
@@ -39,6 +42,7 @@ import warnings
 import torch
 
 from . import native, qmath
+from . import packed as packing
 
 
 def _prepack(q: torch.Tensor, scale: torch.Tensor):
@@ -91,7 +95,7 @@ class CpuBackend:
     def kernel_name(self, mod) -> str:
         """The product that runs mod, as doctor and /v1/models report it."""
         if self.native_for(mod):
-            # grouped W8A16 runs on the AVX2 (x86) or NEON (aarch64) loop on every CPU
+            # grouped W8A16: on VNNI builds the packed layout (packs), else the AVX2 / NEON loop
             return f"native-{native.layer_isa(mod.method, bool(mod.group_size))}"
         if mod.method == "w8a16":
             return "torch-int8pack" if not mod.group_size else "torch-grouped"
@@ -99,7 +103,31 @@ class CpuBackend:
 
     def packs_own_copy(self, mod) -> bool:
         """True when forward no longer reads mod.weight once prepared."""
-        return mod.method != "w8a16" and not self.native_for(mod)
+        if self.native_for(mod):
+            return self.packs(mod)
+        return mod.method != "w8a16"
+
+    def packs(self, mod) -> bool:
+        """On a VNNI build the block products (W8A16, w8a8-dynamic's int8 blocks) of a served
+        layer multiply a packed copy (kernels/packed.py): 3x the row-major kernel at 8 rows,
+        1.1x at one."""
+        return (mod.act_rows == "block" and mod.method in ("w8a16", "w8a8-dynamic")
+                and packing.can_pack(mod.out_features, mod.in_features, mod.group_size)
+                and self.native_for(mod) and packing.available())
+
+    def pack_for_serving(self, mod, dtype: torch.dtype | None = None) -> tuple:
+        """prepare, for a layer whose plain weight goes next (Int8Linear.release_plain_weight):
+        the weight is packed, in its own memory where its rows fill whole strips, so a 7B model
+        is not held twice. Only then: while the plain weight lives it is the layer's weight
+        (updated in place, copied), so the products read it."""
+        if mod.packed is None and self.packs(mod):
+            in_place = (mod.weight.is_contiguous() and mod.weight_scale.is_contiguous()
+                        and mod.out_features % packing.PACK_CHANNELS == 0)
+            mod.packed = packing.pack_w8a16(mod.weight, mod.weight_scale, mod.group_size,
+                                            in_place=in_place)
+            mod._cache.clear()  # a forward bound to the plain weight: bound again
+            mod._fast_forward = None
+        return self.prepare(mod, dtype)
 
     def prepare(self, mod, dtype: torch.dtype | None = None) -> tuple:
         use_native = self.native_for(mod)
@@ -112,22 +140,29 @@ class CpuBackend:
                 mod.weight = mod.weight.contiguous()
             static = mod.input_scale.item() if mod.method == "w8a8-static" else None
             scale = mod.weight_scale.float().contiguous()
-            cached = ("native", scale, static)
+            packed = mod.packed if self.packs(mod) else None
+            if packed is not None:  # it holds the scales too: keep no other copy
+                scale = None
+            cached = ("native", scale, static, packed)
         elif mod.method == "w8a16":
+            # (a layer served packed on a VNNI build, then forced off the native kernels,
+            # reads its weight back from the packed copy)
+            plain = mod.plain_weight()
             if mod.group_size:
                 cached = (None, None)
-            elif mod.in_features % 8:
+            elif mod.in_features % 8 or plain is not mod.weight:
                 # _weight_int8pack_mm reads K in blocks of 8 and crashes otherwise: zero-pad
-                pad = 8 - mod.in_features % 8
-                w = torch.nn.functional.pad(mod.weight, (0, pad))
-                cached = (mod.weight_scale.to(torch.bfloat16), w)
+                pad = -mod.in_features % 8
+                w = torch.nn.functional.pad(plain, (0, pad))
+                cached = (mod.plain_scale().to(torch.bfloat16), w)
             else:
                 cached = (mod.weight_scale.to(torch.bfloat16), None)
         else:
-            scale = mod.weight_scale.float()
-            packed = _prepack(mod.weight, scale)
+            scale = mod.plain_scale().float()
+            plain = mod.plain_weight()
+            packed = _prepack(plain, scale)
             # sum_k q[n, k] * scale[n]: undoes the constant added to make rows non-negative
-            colsum = (mod.weight.float().sum(1) * scale).contiguous()
+            colsum = (plain.float().sum(1) * scale).contiguous()
             cached = (packed, colsum)
         mod._cache[key] = cached
         return cached
@@ -137,7 +172,7 @@ class CpuBackend:
             return x.new_zeros(0, mod.out_features)
         prepared = self.prepare(mod)
         if isinstance(prepared[0], str):  # native: bound once, later calls skip this dispatch
-            mod._fast_forward = native.layer_forward(mod, prepared[1], prepared[2])
+            mod._fast_forward = native.layer_forward(mod, *prepared[1:])
             return mod._fast_forward(x)
         if mod.method == "w8a16":
             y = self._w8a16(mod, x)
@@ -152,12 +187,12 @@ class CpuBackend:
         xb = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
         if scale_bf16 is None:
             # per-group scales: no fused CPU kernel, so product per group in bf16, fp32 sum
-            n, k = mod.weight.shape
+            n, k = mod.out_features, mod.in_features
             g = mod.group_size
-            wg = mod.weight.view(n, k // g, g).to(torch.bfloat16)
+            wg = mod.plain_weight().view(n, k // g, g).to(torch.bfloat16)
             xg = xb.view(xb.shape[0], k // g, g)
             part = torch.einsum("mgk,ngk->mgn", xg, wg).float()
-            return (part * mod.weight_scale.t().unsqueeze(0)).sum(1)
+            return (part * mod.plain_scale().t().unsqueeze(0)).sum(1)
         if padded is not None:
             xb = torch.nn.functional.pad(xb, (0, padded.shape[1] - xb.shape[1]))
             return torch._weight_int8pack_mm(xb.contiguous(), padded, scale_bf16)
@@ -167,7 +202,7 @@ class CpuBackend:
         """Activations per block of 32 without the native kernels: the reference's rule in
         float32 (slow, but the same semantics as the native product up to fp32 rounding)."""
         q, s = qmath.block_quantize_act(x.float())
-        w = qmath.dequantize_weight(mod.weight, mod.weight_scale)
+        w = qmath.dequantize_weight(mod.plain_weight(), mod.plain_scale())
         return qmath.block_dequantize_act(q, s) @ w.t()
 
     def _w8a8(self, mod, x: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,9 @@ typedef struct {
     const float *bias;  /* [n] or NULL */
     int64_t n, k;
     const int32_t *wsum; /* W8A8: sum_k w[n, k] per row [n] (the VNNI product's correction) */
+    /* grouped W8A16 only: w and scale are npc_w8a16_pack's layout (VNNI builds), the
+     * projection starting at a strip of 16 channels */
+    int32_t packed;
 } npc_linear_t;
 
 typedef struct {
@@ -107,6 +110,13 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         const int64_t ldq = blockfloat_ld(K);
         if (!fits)
             (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
+#if NPC_VNNI
+        if (L->packed) {
+            pk_gemm(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
+                    M, N, K, nthreads);
+            return;
+        }
+#endif
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
                    K, nthreads);
     } else {

@@ -29,6 +29,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MR 4        /* activation rows per register tile */
 #define ROW_MAX_M 4 /* up to this many rows: stream one weight row at a time (decode) */
@@ -772,6 +773,106 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
     return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
 }
 
+/* The packed layout of grouped W8A16 (cpu_i8_vnni.c pk_gemm) exists on VNNI builds only. */
+int npc_w8a16_packs(void) { return NPC_VNNI; }
+
+#if NPC_VNNI
+/* one strip: rows [0, nr) of w (K apart) and their scales (ng apart) -> the strip's packed
+ * bytes and scales, channels nr..PK_C-1 zero */
+static void pack_strip(const int8_t *w, const float *scale, int nr, int64_t K, int64_t ng,
+                       int8_t *wp, float *sp) {
+    const int64_t nb = K / QB;
+    for (int c = 0; c < PK_C; c++) {
+        for (int64_t g = 0; g < ng; g++) sp[g * PK_C + c] = c < nr ? scale[c * ng + g] : 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            /* the block's 16 input pairs of channel c, 32 bytes apart */
+            int8_t *dst = wp + b * PK_C * QB + 2 * c;
+            const int8_t *src = w + c * K + b * QB;
+            for (int kp = 0; kp < QB / 2; kp++) {
+                dst[kp * 2 * PK_C] = c < nr ? src[2 * kp] : 0;
+                dst[kp * 2 * PK_C + 1] = c < nr ? src[2 * kp + 1] : 0;
+            }
+        }
+    }
+}
+#endif
+
+/* w [N, K] int8 with scales [N, K / group] -> wp [ceil(N / 16) * 16 * K] and
+ * sp [ceil(N / 16) * 16 * K / group], the packed layout above (padding channels zero).
+ * In place (wp == w and sp == scale) when N is a whole number of strips: a strip of the
+ * packed layout takes the bytes its 16 rows took, so serving repacks a loaded model without
+ * a second copy of it (a strip at a time through a small buffer). Returns -2 for a group the
+ * kernels do not take, -3 on a build without the packed kernel, -4 for in place with a
+ * partial strip, -1 when a strip's buffer cannot be allocated. */
+int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N, int64_t K,
+                   int8_t *wp, float *sp) {
+#if NPC_VNNI
+    if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
+    const int in_place = wp == w;
+    if (in_place != (sp == scale)) return -2;
+    if (in_place && N % PK_C) return -4;
+    const int64_t ng = K / group, S = (N + PK_C - 1) / PK_C;
+    const int nt = omp_get_max_threads();
+    /* every thread's strip buffer before any strip moves: a failure leaves w as it was */
+    int8_t *tw = in_place ? (int8_t *)malloc((size_t)(nt * PK_C * K)) : NULL;
+    float *ts = in_place ? (float *)malloc((size_t)(nt * PK_C * ng) * sizeof(float)) : NULL;
+    if (in_place && (!tw || !ts)) {
+        free(tw);
+        free(ts);
+        return -1;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t s = 0; s < S; s++) {
+        const int nr = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
+        const int8_t *src = w + s * PK_C * K;
+        const float *ssrc = scale + s * PK_C * ng;
+        if (in_place) {
+            int8_t *bw = tw + (int64_t)omp_get_thread_num() * PK_C * K;
+            float *bs = ts + (int64_t)omp_get_thread_num() * PK_C * ng;
+            memcpy(bw, src, (size_t)(PK_C * K));
+            memcpy(bs, ssrc, (size_t)(PK_C * ng) * sizeof(float));
+            src = bw;
+            ssrc = bs;
+        }
+        pack_strip(src, ssrc, nr, K, ng, wp + s * PK_C * K, sp + s * PK_C * ng);
+    }
+    free(tw);
+    free(ts);
+    return 0;
+#else
+    (void)w; (void)scale; (void)group; (void)N; (void)K; (void)wp; (void)sp;
+    return -3;
+#endif
+}
+
+/* The whole layer on the packed weight (npc_w8a16_pack; group K for per-channel scales), the
+ * activations as 16-bit block floating point (W8A16) or, with act_int8, int8 per block of QB
+ * (w8a8-dynamic's blocks, blockint8_rows); returns as npc_w8a16_grouped, and -3 on a build
+ * without the packed kernel. */
+int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t group,
+                     int act_int8, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
+#if NPC_VNNI
+    if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
+    const int64_t ldq = blockfloat_ld(K);
+    int16_t *q = (int16_t *)malloc((size_t)(M * ldq + 1) * sizeof(int16_t));
+    float *xs = (float *)malloc((size_t)(M * (ldq / QB) + 1) * sizeof(float));
+    if (!q || !xs) {
+        free(q);
+        free(xs);
+        return -1;
+    }
+    (act_int8 ? blockint8_rows : blockfloat_rows)(x, M, K, q, ldq, xs);
+    pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads);
+    free(q);
+    free(xs);
+    return 0;
+#else
+    (void)x; (void)wp; (void)sp; (void)group; (void)act_int8; (void)y; (void)M; (void)N; (void)K;
+    (void)nthreads;
+    return -3;
+#endif
+}
+
 /* W8A8 with int8 activations per block of QB (blockint8_rows), per-channel weight scales */
 int npc_w8a8_block(const float *x, const int8_t *w, const float *scale, float *y, int64_t M,
                    int64_t N, int64_t K, int nthreads) {
@@ -790,7 +891,7 @@ void npc_int8_row_sums(const int8_t *w, int64_t N, int64_t K, int32_t *out) {
 }
 
 /* Which instructions this build's int8 products use (doctor and /v1/models name them):
- * "avx512-vnni" for W8A8 and per-channel W8A16, else "avx2"; on aarch64 "neon-dotprod" (W8A8 on
+ * "avx512-vnni" for W8A8 and W8A16 (grouped W8A16 on its packed layout), else "avx2"; on aarch64 "neon-dotprod" (W8A8 on
  * sdot, the rest on NEON) or "neon". */
 const char *npc_int8_isa(void) {
 #if defined(__aarch64__)

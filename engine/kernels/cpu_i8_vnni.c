@@ -372,3 +372,86 @@ static void t16_gemm(const int16_t *q, int64_t ldq, const int8_t *w, const float
                      const float *sw, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
     z_gemm(t16_rows, q, ldq, sx, 1, w, sw, NULL, y, M, N, K, nthreads);
 }
+
+/* ---- grouped W8A16 on a packed layout: Q8_0's one scale per 32 weights, at batch 8 ----------
+ * Row-major, a per-group scale changes every 32 inputs of every output channel, so each
+ * block's int32 sum is converted and scaled on its own (bf_tile: a conversion and two
+ * multiplies per 32 products); that, not memory, bounded a 7B model's batch-8 step. Packed,
+ * one register holds 16 output channels, one per lane: vpdpwssd multiplies a broadcast pair of
+ * activations by 16 channels' weight pairs, and a block's conversion and scaling serve all 16
+ * channels at once. Same products as the row-major path, summed in another order, so equal to
+ * it up to fp32 rounding (tests/test_native_packed.py).
+ * Layout (npc_w8a16_pack): strips of PK_C channels (the last one zero-padded); in a strip the
+ * K / 32 blocks in order; in a block 16 input pairs, each as PK_C channels x 2 int8 (32
+ * bytes, widened to one zmm). Scales: per strip and group, PK_C floats. */
+#define PK_C 16
+#define PK_MR 8 /* activation rows per pass over a strip: 8 int32 + 8 fp32 accumulators */
+
+static inline __attribute__((always_inline)) void
+pk_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp, const float *sp,
+        int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
+        const int nc) {
+    const int64_t xsld = ldq / QB;
+    __m512 out[PK_MR];
+    for (int i = 0; i < mr; i++) out[i] = _mm512_setzero_ps();
+    const float *g = sp;
+    int64_t left = gb;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *wb = wp + b * (PK_C * QB);
+        for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
+        __m512i acc[PK_MR];
+        for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_si512();
+        for (int kp = 0; kp < QB / 2; kp++) {
+            const __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + kp * 2 * PK_C)));
+            for (int i = 0; i < mr; i++) {
+                int32_t pair;
+                memcpy(&pair, q + i * ldq + b * QB + kp * 2, sizeof pair);
+                acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_set1_epi32(pair), wv);
+            }
+        }
+        const __m512 sw = _mm512_loadu_ps(g);
+        if (--left == 0) {
+            g += PK_C;
+            left = gb;
+        }
+        for (int i = 0; i < mr; i++)
+            out[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]),
+                                     _mm512_mul_ps(sw, _mm512_set1_ps(xs[i * xsld + b])), out[i]);
+    }
+    const __mmask16 m = nc >= PK_C ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + i * ldy, m, _mm512_add_ps(out[i], bv));
+}
+
+#define PK_CASE(r)                                                                            \
+    case r: pk_rows(q, ldq, xs, wp, sp, gb, bias, y, ldy, nb, r, nc); break;
+
+static void pk_rows_any(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp,
+                        const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
+                        int64_t nb, int mr, int nc) {
+    switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)
+                  default: pk_rows(q, ldq, xs, wp, sp, gb, bias, y, ldy, nb, PK_MR, nc); }
+}
+
+/* rows in block floating point (blockfloat_rows, ldq >= K = nb * QB) times the packed weight
+ * of N channels with scales per group of gb blocks; the activation rows go in chunks that stay
+ * in L2 while every strip passes over them (one chunk for a decode step) */
+static void pk_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp,
+                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
+                    int64_t N, int64_t K, int nthreads) {
+    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = ldq / QB;
+    int64_t mb = (256 * 1024) / (2 * ldq);
+    mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t s = 0; s < S; s++) {
+            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
+            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
+                pk_rows_any(q + m0 * ldq, ldq, xs + m0 * xsld, wp + s * nb * PK_C * QB,
+                            sp + s * ng * PK_C, gb, bias ? bias + s * PK_C : NULL,
+                            y + m0 * N + s * PK_C, N, nb,
+                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc);
+        }
+    }
+}

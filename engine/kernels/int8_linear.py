@@ -57,6 +57,9 @@ class Int8Linear(nn.Module):
             self.bias = None
         self.float_dtype = dtype
         self._cache: dict = {}  # backend-specific packed weights, rebuilt on demand
+        # the CPU kernels' packed copy of the weight (kernels.packed.PackedW8A16, VNNI builds),
+        # which serving keeps in place of the plain weight and scales
+        self.packed = None
         # set by a CPU backend whose kernel needs no per-call dispatch (kernels/native.py)
         self._fast_forward = None
         self.keep_plain_weight = False  # True when a tied QuantEmbedding reads its rows
@@ -75,6 +78,7 @@ class Int8Linear(nn.Module):
             # model to another device type needs a reload)
             return super()._apply(fn, recurse)
         self._cache.clear()  # packed copies belong to the old device/dtype
+        self.packed = None
         self._fast_forward = None
         return apply_keeping_fp32_scales(self, fn, recurse)
 
@@ -87,9 +91,45 @@ class Int8Linear(nn.Module):
         """Free the plain int8 weight once a backend has its own packed copy (saves memory);
         export needs it, so this is only for serving."""
         backend = backend_for(self, self.weight.device)
-        if backend.packs_own_copy(self) and not self.keep_plain_weight:
-            backend.prepare(self, self.float_dtype)
+        if not backend.packs_own_copy(self):
+            return
+        getattr(backend, "pack_for_serving", backend.prepare)(self, self.float_dtype)
+        # a tied embedding reads rows of the weight: kept, unless the packed copy has them
+        if not self.keep_plain_weight or self.packed is not None:
             self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
+        if self.packed is not None:
+            # its scales are in the packed copy too (an eighth of the int8 bytes)
+            self.weight_scale = torch.empty(0, dtype=torch.float32,
+                                            device=self.weight_scale.device)
+
+    def weight_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(int8 rows, their scales) of output channels `ids`: what a tied embedding looks
+        up, from the plain weight or, once serving released it, from the packed copy."""
+        if self.weight.numel():
+            return self.weight[ids], self.weight_scale[ids]
+        q, scale = self._packed_copy().rows(ids)
+        return q, scale if self.group_size else scale.squeeze(-1)
+
+    def plain_scale(self) -> torch.Tensor:
+        """The fp32 weight scales ((N,) or (N, K / group)), rebuilt like plain_weight."""
+        if self.weight_scale.numel():
+            return self.weight_scale
+        scale = self._packed_copy().unpack_scale()
+        return scale if self.group_size else scale.view(-1)
+
+    def _packed_copy(self):
+        if self.packed is None:
+            raise RuntimeError("this int8 layer's weight was released for serving and its "
+                               "packed copy cannot be read back")
+        return self.packed
+
+    def plain_weight(self) -> torch.Tensor:
+        """The int8 (N, K) weight. Where serving released it, rebuilt from the CPU kernels'
+        packed copy (VNNI builds), so the reference backend and dequantization still read it;
+        a copy another backend packed cannot be read back."""
+        if self.weight.numel() or not (self.in_features and self.out_features):
+            return self.weight
+        return self._packed_copy().unpack()
 
     def kernel_name(self) -> str:
         """Which product runs this layer on its device ("native", "fbgemm", ...)."""

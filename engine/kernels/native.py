@@ -206,6 +206,12 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_int8_row_sums.restype = None
     lib.npc_rmsnorm.argtypes = [_P, _P, ctypes.c_float, _P, _I64, _I64]
     lib.npc_rmsnorm.restype = None
+    lib.npc_w8a16_packs.argtypes = []
+    lib.npc_w8a16_packs.restype = _INT
+    lib.npc_w8a16_pack.argtypes = [_P, _P, _I64, _I64, _I64, _P, _P]
+    lib.npc_w8a16_pack.restype = _INT
+    lib.npc_w8a16_packed.argtypes = [_P, _P, _P, _I64, _INT, _P, _I64, _I64, _I64, _INT]
+    lib.npc_w8a16_packed.restype = _INT
     lib.npc_int8_isa.argtypes = []
     lib.npc_int8_isa.restype = ctypes.c_char_p
 
@@ -225,12 +231,10 @@ def int8_isa() -> str | None:
 
 def layer_isa(method: str, grouped: bool) -> str | None:
     """The instructions that run one int8 layer (method "w8a16", "w8a8-dynamic", ...): the
-    build's int8_isa where its special instructions serve the layer, else the base ones (AVX2
-    for grouped W8A16 on a VNNI build; NEON for W8A16 on a dotprod build, whose sdot takes
-    int8 x int8 only)."""
+    build's int8_isa where its special instructions serve the layer, else the base ones (NEON
+    for W8A16 on a dotprod build, whose sdot takes int8 x int8 only). Grouped W8A16 runs on
+    VNNI through its packed layout (kernels.packed)."""
     isa = int8_isa()
-    if isa == "avx512-vnni" and grouped:
-        return "avx2"
     if isa == "neon-dotprod" and not method.startswith("w8a8"):
         return "neon"
     return isa
@@ -362,16 +366,26 @@ def w8a8(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
     return y
 
 
-def layer_forward(mod, scale: torch.Tensor, static_scale: float | None):
+def layer_forward(mod, scale: torch.Tensor | None, static_scale: float | None,
+                  packed=None):
     """A forward function for one QuantLinear on these kernels: the whole layer in one call,
     with as little Python around it as possible (a decode step makes ~170 of these calls; the
     generic module path cost ~35 us each, a tenth of a 0.5B model's step, this one ~16-20 us;
-    going through w8a16() / w8a8() above instead measured 2-8 % slower per pass)."""
+    going through w8a16() / w8a8() above instead measured 2-8 % slower per pass). `packed`: the
+    layer's kernels.packed.PackedW8A16, which it then reads instead of its plain weight."""
     lib = library()
     n, k = mod.out_features, mod.in_features
     f32 = torch.float32
     get_threads = torch.get_num_threads
-    if mod.method == "w8a16" and mod.group_size:
+    if packed is not None:
+        fn = lib.npc_w8a16_packed
+        wp, sp, group = packed.weight, packed.scale, packed.group
+        act_int8 = int(mod.method == "w8a8-dynamic")  # its activations per block of 32
+
+        def call(x2, y, m):
+            _check(fn(x2.data_ptr(), wp.data_ptr(), sp.data_ptr(), group, act_int8, y.data_ptr(),
+                      m, n, k, get_threads()), m, k, group)
+    elif mod.method == "w8a16" and mod.group_size:
         fn = lib.npc_w8a16_grouped
         group = mod.group_size
 

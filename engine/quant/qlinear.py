@@ -37,7 +37,7 @@ class QuantLinear(Int8Linear):
         return mod.to(w.device)
 
     def dequantized_weight(self) -> torch.Tensor:
-        return qmath.dequantize_weight(self.weight, self.weight_scale)
+        return qmath.dequantize_weight(self.plain_weight(), self.plain_scale())
 
 
 class QuantEmbedding(nn.Module):
@@ -83,17 +83,18 @@ class QuantEmbedding(nn.Module):
     def is_tied(self) -> bool:
         return self._tied is not None
 
-    def _tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        src = self._tied[0] if self._tied is not None else self
-        return src.weight, src.weight_scale
+    def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._tied is not None:
+            return self._tied[0].weight_rows(ids)
+        return self.weight[ids], self.weight_scale[ids]
 
     def _apply(self, fn, recurse=True):
         return apply_keeping_fp32_scales(self, fn, recurse)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        q, scale = self._tables()
-        rows, s = q[ids].to(torch.float32), scale[ids]
-        if scale.dim() == 2:  # one scale per group of columns (a GGUF's Q8_0 table: 32)
+        q, s = self._rows(ids)
+        rows = q.to(torch.float32)
+        if s.dim() > ids.dim():  # one scale per group of columns (a GGUF's Q8_0 table: 32)
             rows = (rows.unflatten(-1, (s.shape[-1], -1)) * s.unsqueeze(-1)).flatten(-2)
         else:
             rows = rows * s.unsqueeze(-1)

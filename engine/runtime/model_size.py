@@ -24,6 +24,15 @@ def _released_int8_weight(module: Any, name: str, t: torch.Tensor) -> int:
     return 0
 
 
+def _released_scale_bytes(module: Any, name: str, t: torch.Tensor) -> int:
+    """Bytes of fp32 weight scales that moved into a packed copy (0 when still there)."""
+    if name != "weight_scale" or t.numel():
+        return 0
+    k, n = int(getattr(module, "in_features", 0)), int(getattr(module, "out_features", 0))
+    group = int(getattr(module, "group_size", 0) or 0)
+    return 4 * n * (k // group if group else 1)
+
+
 def model_size(model: Any) -> ModelSize:
     params = nbytes = 0
     seen: set[int] = set()  # a tensor shared by two modules (tied weights) counts once
@@ -43,7 +52,7 @@ def model_size(model: Any) -> ModelSize:
                 params += t.numel()
                 nbytes += t.numel() * t.element_size()
             else:  # scales, rotary tables, masks: bytes, not parameters
-                nbytes += t.numel() * t.element_size()
+                nbytes += t.numel() * t.element_size() + _released_scale_bytes(module, name, t)
     return ModelSize(params, nbytes)
 
 

@@ -35,7 +35,8 @@ class _Linear(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("per_token", ctypes.c_int32),
                 ("static_scale", ctypes.c_float), ("group", ctypes.c_int32),
                 ("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-                ("n", ctypes.c_int64), ("k", ctypes.c_int64), ("wsum", ctypes.c_void_p)]
+                ("n", ctypes.c_int64), ("k", ctypes.c_int64), ("wsum", ctypes.c_void_p),
+                ("packed", ctypes.c_int32)]
 
 
 class _Layer(ctypes.Structure):
@@ -84,6 +85,7 @@ def _linear(mod: Any, n: int, k: int, keep: list, row0: int | None = None) -> _L
     weight sums are row-major, so a slice is an offset); None: the whole module."""
     from ..kernels import native
     from ..kernels.int8_linear import Int8Linear
+    from ..kernels.packed import PACK_CHANNELS
 
     name = type(mod).__name__
     rows = getattr(mod, "out_features", None)
@@ -105,6 +107,15 @@ def _linear(mod: Any, n: int, k: int, keep: list, row0: int | None = None) -> _L
                           "native kernel")
     if mod.backend != "auto":  # a test or a user pinned this layer's kernel: honour it
         raise Unsupported(f"an int8 layer is pinned to the {mod.backend!r} backend")
+    packed = getattr(mod, "packed", None)  # the block products on VNNI (kernels/packed.py)
+    if packed is not None:
+        if row0 % PACK_CHANNELS:
+            raise Unsupported(f"a packed int8 projection starts at row {row0}, not at a strip "
+                              f"of {PACK_CHANNELS}")
+        keep += [packed, bias]
+        w_at, s_at = packed.strip_offsets(row0)
+        kind = W8A16 if mod.method == "w8a16" else W8A8_BLOCK
+        return _Linear(kind, 0, 0.0, packed.group, w_at, s_at, _at(bias, row0), n, k, None, 1)
     w = mod.weight
     if w.dtype != torch.int8 or w.device.type != "cpu" or tuple(w.shape) != (rows, k) \
             or not w.is_contiguous():

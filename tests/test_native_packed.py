@@ -1,0 +1,116 @@
+"""The block products on the packed layout (cpu_i8_vnni.c pk_gemm; VNNI builds): the same as
+the row-major kernels, W8A16 with per-group and per-channel scales and w8a8-dynamic's int8
+blocks, for every row count the kernel blocks differently (1-8 rows per pass over a strip,
+more in chunks), output counts that leave the last strip of 16 channels partial, and every
+group size the kernels take; the plain weight and scales read back exactly from the packed
+copy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from npu_console.engine.kernels import native, qmath
+from npu_console.engine.kernels import packed as packing
+from support.models import needs_native
+
+
+@pytest.fixture(autouse=True)
+def _packs():
+    needs_native()
+    if not packing.available():
+        pytest.skip("this CPU's kernel build has no packed W8A16 (AVX512-VNNI only); "
+                    "the row-major grouped kernel runs instead (tests/test_native_groups.py)")
+
+
+def _layer(n: int, k: int, group: int, seed: int):
+    """int8 (n, k) and fp32 scales per group (n, k / group), or per channel (n,) for group 0"""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    scale = torch.rand(*((n, k // group) if group else (n,)), generator=g) * 0.02 + 1e-3
+    return w, scale
+
+
+# (out, in, group, int8 activations): w8a8-dynamic's weights have per-channel scales only
+LAYERS = [(67, 384, 32, False), (16, 96, 32, False), (40, 256, 64, False),
+          (33, 512, 128, False), (5, 64, 32, False), (67, 384, 0, False), (16, 96, 0, False),
+          (67, 384, 0, True), (16, 96, 0, True)]
+
+
+@pytest.mark.parametrize("n,k,group,act_int8", LAYERS)
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 16, 70])
+def test_the_packed_product_equals_the_row_major_one(n, k, group, act_int8, rows):
+    w, scale = _layer(n, k, group, seed=n + k + rows)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
+    x[:, 5] = 200.0  # an outlier channel: each block keeps its own scale
+    packed = packing.pack_w8a16(w, scale, group)
+    want = (native.w8a8_blocks(x, w, scale) if act_int8
+            else native.w8a16(x, w, scale, group))
+    got = packing.w8a16_packed(x, packed, act_int8)
+    assert got.shape == (rows, n)
+    # the same integer block sums, added in another order in fp32
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    # and the float64 product of the kernel's own activations (their oracles: native's
+    # blockfloat16, qmath's block_quantize_act) with the dequantized weight: only fp32
+    # rounding apart
+    if act_int8:
+        q, s = qmath.block_quantize_act(x)
+        xd = qmath.block_dequantize_act(q.double(), s.double())
+    else:
+        values, step = native.blockfloat16(x)
+        xd = values * step
+    wd = w.double() * (scale.double().repeat_interleave(group, 1) if group
+                       else scale.double()[:, None])
+    exact = xd @ wd.t()
+    assert (got.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+
+
+def test_the_plain_weight_and_scales_read_back_exactly():
+    w, scale = _layer(67, 384, 32, seed=1)
+    packed = packing.pack_w8a16(w, scale, 32)
+    assert packed.weight.numel() == 80 * 384  # 5 strips of 16 channels, the last padded
+    assert packed.scale.numel() == 80 * 384 // 32
+    assert torch.equal(packed.unpack(), w) and torch.equal(packed.unpack_scale(), scale)
+
+
+def test_a_projection_from_a_strip_boundary_reads_its_own_rows():
+    """A fused module's projection (Phi-3's k rows of qkv_proj) starts at a strip: its
+    addresses are the strip's, and the strip holds exactly its channels."""
+    w, scale = _layer(64, 128, 32, seed=2)
+    packed = packing.pack_w8a16(w, scale, 32)
+    tail = packing.pack_w8a16(w[32:], scale[32:], 32)
+    w_at, s_at = packed.strip_offsets(32)
+    assert w_at - packed.weight.data_ptr() == tail.weight.numel()
+    assert s_at - packed.scale.data_ptr() == tail.scale.numel() * 4
+    assert torch.equal(packed.weight[tail.weight.numel():], tail.weight)
+    assert torch.equal(packed.scale[tail.scale.numel():], tail.scale)
+
+
+def test_groups_the_kernel_cannot_take_are_refused():
+    w, scale = _layer(16, 96, 32, seed=3)
+    with pytest.raises(ValueError, match="group size 48"):
+        packing.pack_w8a16(w, scale[:, :2], 48)
+
+
+def test_packing_in_place_uses_the_weights_own_memory():
+    """Serving repacks a loaded model in its own memory: the packed tensors are views of the
+    plain ones, with the same bytes as a packed copy; a partial strip is refused, not packed."""
+    w, scale = _layer(48, 256, 64, seed=4)
+    want = packing.pack_w8a16(w, scale, 64)
+    ptr, sptr = w.data_ptr(), scale.data_ptr()
+    got = packing.pack_w8a16(w, scale, 64, in_place=True)
+    assert got.weight.data_ptr() == ptr and got.scale.data_ptr() == sptr
+    assert torch.equal(got.weight, want.weight) and torch.equal(got.scale, want.scale)
+    w2, s2 = _layer(40, 256, 64, seed=5)
+    with pytest.raises(ValueError, match="whole strips"):
+        packing.pack_w8a16(w2, s2, 64, in_place=True)
+    assert torch.equal(w2, _layer(40, 256, 64, seed=5)[0])
+
+
+def test_rows_read_from_the_packed_copy_are_the_plain_rows():
+    """A tied embedding looks its tokens up in the packed head: any shape of ids, rows of
+    the padded last strip included."""
+    w, scale = _layer(37, 128, 32, seed=6)
+    packed = packing.pack_w8a16(w, scale, 32)
+    ids = torch.tensor([[0, 36, 17], [15, 16, 31]])
+    q, s = packed.rows(ids)
+    assert torch.equal(q, w[ids]) and torch.equal(s, scale[ids])
