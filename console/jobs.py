@@ -126,6 +126,46 @@ class BackgroundJob(QObject):
         post(self.ended.emit)
 
 
+class FollowedJob(BackgroundJob):
+    """A job that a Qt-free model runs on its own worker (console.remote_jobs.ServerAdmin),
+    seen as a BackgroundJob: a progress view (JobProgress) and a page's one-job-at-a-time rule
+    treat it as any other. The page feeds it the model's news on the GUI thread: step() while it
+    runs, end() once; Cancel asks the model (`cancel`)."""
+
+    def __init__(self, name: str, cancel: Callable[[], object], parent=None):
+        super().__init__(lambda _r: None, name, parent=parent)
+        self._ask_cancel = cancel
+
+    def start(self) -> FollowedJob:
+        self.started_at = time.monotonic()
+        return self
+
+    def running(self) -> bool:
+        return self.started_at is not None and not self._ended_here
+
+    def cancel(self) -> None:
+        if self.running() and not self.cancel_event.is_set():
+            self.cancel_event.set()
+            self._ask_cancel()
+
+    def step(self, fraction: float, message: str) -> None:
+        self.fraction = max(0.0, min(1.0, float(fraction)))
+        self.progress.emit(self.fraction, message)
+
+    def end(self, state: str, result: Any = None, error: str = "") -> None:
+        """`state`: "done" (finished(result)), "cancelled" or "failed" (failed(error))."""
+        if self.done:
+            return
+        self.done = True
+        if state == "done":
+            self.finished.emit(result)
+        elif state == "cancelled":
+            self.cancelled.emit()
+        else:
+            self.failed.emit(error)
+        self.ended.emit()
+
+
 def _lower_priority(step: int = 5) -> None:
     """Make this worker thread nicer than the GUI thread (Linux schedules threads as tasks), so
     on a busy machine the scheduler runs the event loop first; elsewhere a no-op."""

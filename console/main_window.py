@@ -122,8 +122,7 @@ class MainWindow(QMainWindow):
         self.ctx.remote.focus_changed.connect(lambda _t: self._show_remote_source())
         self.ctx.remote.changed.connect(self._show_remote_source)
         self.ctx.engine_host.models_changed.connect(self._on_models)
-        self.ctx.engine_host.device_changed.connect(
-            lambda text: self.device_label.setText(f"device: {text}"))
+        self.ctx.engine_host.device_changed.connect(self._on_device)
         self.ctx.server_state_changed.connect(self.set_server_state)
         host = self.ctx.engine_host
         host.engine_failed.connect(lambda msg: self.engine_label.setText(f"engine: failed ({msg})"))
@@ -162,6 +161,12 @@ class MainWindow(QMainWindow):
             self._show_local(stats)
 
     _local_stats = None
+    _local_device = "…"  # this machine's engine device, as the engine host named it
+
+    def _on_device(self, text: str) -> None:
+        self._local_device = text
+        if not self.ctx.remote.focus_text():  # else a server's device is on show
+            self.device_label.setText(f"device: {text}")
 
     def _show_local(self, stats) -> None:
         state = stats.state if not stats.loading else f"loading {stats.loading}"
@@ -176,6 +181,7 @@ class MainWindow(QMainWindow):
         status bar ("engine: 10.0.0.5:8000 · ready") instead of this console's."""
         text = self.ctx.remote.focus_text()
         if not text:
+            self.device_label.setText(f"device: {self._local_device}")
             self._on_models(self.ctx.engine_host.models())
             if self._local_stats is not None:
                 self._show_local(self._local_stats)
@@ -190,6 +196,11 @@ class MainWindow(QMainWindow):
                                  if stats is not None else "running – · queue –")
         self._show_models_of(conn.models if conn is not None else [],
                              f" @ {conn.host}" if conn is not None else "")
+        # the server's devices as its models report them, never this machine's
+        devices = sorted({d for m in conn.models if (d := _served_on(m.device))}) \
+            if conn is not None else []
+        self.device_label.setText(f"device: {', '.join(devices) or '–'}"
+                                  + (f" @ {conn.host}" if conn is not None else ""))
 
     def _on_models(self, models) -> None:
         if not self.ctx.remote.focus_text():  # else the server's models are on show
@@ -315,3 +326,10 @@ class MainWindow(QMainWindow):
 
 def single_shot(ms: int, fn) -> None:
     QTimer.singleShot(ms, fn)
+
+
+def _served_on(device: str) -> str:
+    """The device a server reported for a model it serves: "remote http://h:8000 (npu:0)" is
+    npu:0; "" when it reported none."""
+    head, _, rest = (device or "").partition(" (")
+    return rest[:-1] if head.startswith("remote ") and rest.endswith(")") else ""

@@ -155,8 +155,9 @@ class QuantRun:
     quantized_layers: int
     skipped_layers: int
     calib_samples: int
-    float: VariantMeasure
-    quant: VariantMeasure
+    # None, both, for a run on a server with "measure float vs INT8" off: nothing compared
+    float: VariantMeasure | None
+    quant: VariantMeasure | None
     eval_source: str
     calibration: str = ""  # which calibration text was used ("" in runs saved before)
     kept_float: dict = field(default_factory=dict)  # layer -> why it stayed float
@@ -168,11 +169,17 @@ class QuantRun:
     server: str = ""  # the base URL of the server it ran on ("" for this machine)
 
     @property
-    def ppl_delta_pct(self) -> float:
+    def measured(self) -> bool:
+        return self.float is not None and self.quant is not None
+
+    @property
+    def ppl_delta_pct(self) -> float | None:
+        if not self.measured:
+            return None
         return 100.0 * (self.quant.perplexity / self.float.perplexity - 1.0)
 
     def within(self, budget_pct: float) -> bool:
-        return self.ppl_delta_pct <= budget_pct
+        return self.measured and self.ppl_delta_pct <= budget_pct
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -180,8 +187,8 @@ class QuantRun:
     @classmethod
     def from_dict(cls, d: dict) -> QuantRun:
         d = dict(d)
-        d["float"] = VariantMeasure(**d["float"])
-        d["quant"] = VariantMeasure(**d["quant"])
+        for k in ("float", "quant"):
+            d[k] = VariantMeasure(**d[k]) if d.get(k) is not None else None
         return cls(**d)
 
     @classmethod

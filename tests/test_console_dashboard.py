@@ -44,6 +44,7 @@ def test_replayed_capture_renders_one_card_per_chip(window, qtbot, npu_smi_fixtu
     qtbot.waitUntil(lambda: len(page.cards) == len(expected), timeout=10_000)
     assert "replay: " + path.name in page.source.text()
     assert list(page.cards) == [d.key for d in expected]
+    assert page.metric_box.itemText(0) == "AI Core / util %"  # the chips' own, not the CPU's
     for dev in expected:
         card = page.cards[dev.key]
         assert card.title.text() == dev.name

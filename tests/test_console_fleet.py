@@ -172,9 +172,9 @@ def test_fleet_view_shows_both_hosts_drills_in_and_survives_a_lost_server(window
 
 def test_a_server_without_accelerators_shows_its_own_cpu_and_its_latency(window, qtbot):
     """A CPU-only server's card is that server's (its host, its process), not this machine's
-    wording; its engine panel shows TTFT / ITL read from the server's /metrics histograms."""
+    wording, and so is the status bar's device line; its engine panel shows TTFT / ITL read
+    from the server's /metrics histograms."""
     import httpx
-    from npu_console.engine.remote.fleet import ServerRef
 
     key = "gui-fleet-cpu"
     c = ServeProcess("--api-key", key, "--telemetry-source", "host",
@@ -183,7 +183,8 @@ def test_a_server_without_accelerators_shows_its_own_cpu_and_its_latency(window,
         c.wait_ready()
         fleet = window.ctx.fleet
         page = window.page("dashboard")
-        fleet.add_server(ServerRef(c.url, key))
+        # connected as File > Connect does: the fleet watches it and the status bar follows it
+        window.ctx.remote.connect_server(c.url, key, remember=False)
         qtbot.waitUntil(lambda: (s := fleet.snapshot(c.url)) is not None and s.state == "up"
                         and s.telemetry is not None, timeout=30_000)
         qtbot.waitUntil(lambda: c.url in page.fleet.strip.cards, timeout=5_000)
@@ -195,6 +196,9 @@ def test_a_server_without_accelerators_shows_its_own_cpu_and_its_latency(window,
         assert card.subtitle.text().endswith("no accelerator on the server")
         assert card.procs.text().startswith(f"the server: pid {c.proc.pid},")
         assert "this console" not in card.procs.text()
+        assert page.metric_box.itemText(0) == "CPU util %"  # no AI Core to plot
+        # the status bar names the server's device, not this machine's CPU
+        assert window.device_label.text() == f"device: cpu @ {host}"
         # requests served there: their latency, from its histograms, on its engine panel
         panel = page.fleet.remote_panel
         assert panel.values["ttft"].text() == "–"
@@ -213,5 +217,7 @@ def test_a_server_without_accelerators_shows_its_own_cpu_and_its_latency(window,
         for name in ("ttft", "itl"):
             p50, p99 = panel.values[name].text().removesuffix(" ms").split("/")
             assert 0 <= float(p50) <= float(p99)
+        _click(qtbot, page.back_btn)  # this machine again: its own device line
+        assert window.device_label.text() == "device: …"
     finally:
         c.stop()

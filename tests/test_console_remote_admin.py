@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from npu_console.console.widgets.basic import fmt_bytes
 from npu_console.console.engines import host_label
 from npu_console.console.remote_jobs import NO_ADMIN
 from npu_console.engine.remote.admin import RemoteAdmin
@@ -124,6 +125,11 @@ def test_models_page_loads_and_unloads_on_the_server(window, servers, demo_model
     assert remote.folders.item(row, 4).text() == "base, demo"
 
     row = next(r for r in range(2) if page.table.item(r, 0).text() == "demo")
+    # the server's own figures for what it serves: parameters, weight bytes, KV cache
+    params = served["demo"]["num_parameters"]
+    assert params > 0 and page.table.item(row, 5).text() == f"{params / 1e6:,.2f} M"
+    assert page.table.item(row, 6).text() == fmt_bytes(served["demo"]["weight_bytes"])
+    assert page.table.item(row, 7).text() not in ("", "–")
     page.table.selectRow(row)
     assert page.unload_btn.isEnabled()
     qtbot.mouseClick(page.unload_btn, Qt.LeftButton)
@@ -279,27 +285,64 @@ def test_wizard_quantization_on_the_server_writes_an_output_it_lists(window, ser
     assert not rs.save_btn.isEnabled() and not rs.load_btn.isEnabled()
 
 
+def test_a_run_on_the_server_without_measures_is_listed_too(window, servers, qtbot):
+    """With "measure float vs INT8 on the server" off the server compares nothing: the run is
+    still one of the wizard's Earlier runs, marked as not measured."""
+    url = servers["admin"]
+    page = _wizard(window, qtbot, url)
+    page.set_method("w8a16")
+    page.set_calibration(None, 4, 32)
+    page.go(4)
+    page.auto_load.setChecked(False)
+    page.remote.evaluate.setChecked(False)
+    rs = page.run_step
+    assert rs.run_btn.text() == "Quantize"  # nothing measured: the button says so
+    before = rs.history.rowCount()
+    try:
+        assert page.start_run() is not None
+        qtbot.waitUntil(lambda: not page.busy(), timeout=WAIT_MS)
+    finally:
+        page.remote.evaluate.setChecked(True)
+    out = page.remote.result["path"]
+    host = host_label(url)
+    assert rs.history.rowCount() == before + 1
+    row = next(r for r in range(rs.history.rowCount())
+               if rs.history.item(r, 1).toolTip() == f"{out} on {host}")
+    assert rs.history.item(row, 1).text().startswith(f"demo @ {host} · ")
+    assert [rs.history.item(row, c).text() for c in (2, 3)] == ["not measured", "—"]
+    assert page.run.out_dir == out and not page.run.measured
+    assert rs.verdict_badge.text() == "NOT MEASURED" and "not compared" in rs.verdict.text()
+    assert rs.table.item(4, 1).text() == "—"
+    stored = next(r for r in page.store.load() if r.out_dir == out)
+    assert stored.server == url and stored.float is None and stored.quant is None
+    assert rs.run_btn.text() == "Quantize and measure"
+    page.remote.select(None)
+
+
 def test_a_read_that_fails_after_the_page_went_back_to_this_machine_is_ignored(window, servers,
                                                                                 qtbot):
     """The server read answers on the GUI thread later; if the page was aimed back at this
     machine meanwhile, its failure must not be shown (nor empty the local lists)."""
     url = servers["admin"]
     page = _models_page(window, qtbot, url)
+    admin = page.remote.admin
     conn = window.ctx.remote.engines.get(url)
     failures, views = [], []
+    admin.events.subscribe("read_failed", failures.append)
+    admin.events.subscribe("view", views.append)
     key = conn.engine.api_key
     conn.engine.api_key = "not-the-key"  # the read is refused: 401
     try:
-        job = page.remote.read_admin_view(views.append, failures.append)
+        reader = admin.refresh()
         page.remote.select(None)  # before the GUI thread can see the answer
-        qtbot.waitUntil(lambda: not job.running(), timeout=30_000)
+        reader.join(30)
         qtbot.wait(200)
-        assert failures == [] and views == []
+        assert failures == [] and views == [] and admin.error == ""
+        assert page.info_card.isVisible() and page.table.item(0, 0).text() == "local"
         page.remote.select(url)  # aimed at the server, the same failure is shown
-        qtbot.waitUntil(lambda: not page.remote.reading(), timeout=30_000)
-        job = page.remote.read_admin_view(views.append, failures.append)
         qtbot.waitUntil(lambda: bool(failures), timeout=30_000)
-        assert views == []
+        assert views == [] and not page.remote.reading()
+        assert page.remote.notice.text().startswith("⚠ Cannot read the server:")
     finally:
         conn.engine.api_key = key
         page.remote.select(None)

@@ -85,6 +85,8 @@ class DashboardPage(Page):
         keys = [d.key for d in accel] if accel else (["cpu"] if snap.host else [])
         if list(self.cards) != keys:
             self._rebuild_cards(keys)
+        # the history's first metric is what the cards show: chips' AI Core / util, or the CPU
+        self.metric_box.setItemText(0, METRICS[0][0] if accel else "CPU util %")
         for dev in accel:
             self.cards[dev.key].show_device(dev)
             if dev.key == self.drawer.key:

@@ -1,7 +1,8 @@
 """The Models page aimed at a connected server: its model folders (the admin listing, ROOT/REL
 paths), Load with the job's progress and Cancel in the page's own Load card, Unload of the
 models it serves. A server without `--allow-admin` gets one line saying so and nothing that
-would fail. Every call to the server is a BackgroundJob over console/remote_jobs.py."""
+would fail. The server's listing and the job on it are the model's (console.remote_jobs.
+ServerAdmin, free of Qt): this view forwards the user's choices to it and renders its events."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from ..jobs import BackgroundJob
-from ..remote_jobs import NO_ADMIN, remote_load, remote_unload
+from ..remote_jobs import NO_ADMIN, AdminJob
 from ..widgets.basic import card, fmt_bytes, muted
 from ..widgets.server_target import PickerOwner, ServerTarget
 
@@ -28,18 +28,21 @@ LOCAL_DTYPES = DTYPES[1:]  # the page's own list: this machine picks no "auto"
 
 
 class RemoteModels(QObject, PickerOwner):
-    """Owns the target picker and the server's folder card; drives the page's Load card and
-    loaded-models table while a server is the target."""
+    """Owns the target picker and the server's folder card; renders the server's listing and
+    its load / unload (`admin`'s events) in the page's Load card and loaded-models table while a
+    server is the target."""
 
     def __init__(self, page):
         super().__init__(page)
         self.page = page
         self.ctx = page.ctx
-        self.view = None  # the last AdminView read
-        self.job: BackgroundJob | None = None  # a load or an unload on the server
         self.picker = ServerTarget(self.ctx, "This machine", "Server {}", page)
         self.picker.setToolTip("Whose models: this machine's engine or a connected server's")
-        self.picker.target_changed.connect(self._target_changed)
+        ev = self.own_admin(self.ctx).events
+        ev.subscribe("target", lambda _url: self._target_changed())
+        ev.subscribe("view", self._show_view)
+        ev.subscribe("read_failed", self._show_failure)
+        ev.subscribe("job", self._show_job)
 
         self.card = card()
         lay = QVBoxLayout(self.card)
@@ -104,22 +107,18 @@ class RemoteModels(QObject, PickerOwner):
             p.dtype_box.addItem(d, d)
         p.load_btn.setEnabled(False)
         p.status.setText("")
-        self.view = None
         self.folders.setRowCount(0)  # another server's folders are not this one's
         self._show_loaded([])
-        self.refresh()
+        self.notice.setText("Reading the server's model folders…")  # the model reads it now
 
     # ------------------------------------------------------------------ reading the server
 
-    def refresh(self) -> BackgroundJob | None:
-        """Read the server's admin listing again (off the GUI thread)."""
-        if self.picker.where() is None:
-            return None
-        self.notice.setText("Reading the server's model folders…")
-        return self.read_admin_view(self._show_view, self._show_failure)
+    def refresh(self) -> None:
+        """The Refresh button: the model reads the server's listing again."""
+        if self.admin.refresh() is not None:
+            self.notice.setText("Reading the server's model folders…")
 
     def _show_view(self, view) -> None:
-        self.view = view
         p = self.page
         allowed = view.allowed
         self.folders.setVisible(allowed)
@@ -161,8 +160,12 @@ class RemoteModels(QObject, PickerOwner):
         t = self.page.table
         t.setRowCount(len(served))
         for r, m in enumerate(served):
+            params, weights, kv = (m.get(k) for k in ("num_parameters", "weight_bytes",
+                                                        "kv_bytes"))
             cells = (m.get("name", ""), m.get("architecture") or "–", m.get("dtype") or "–",
-                     m.get("quantization") or "float", m.get("device") or "–", "–", "–", "–")
+                     m.get("quantization") or "float", m.get("device") or "–",
+                     f"{params / 1e6:,.2f} M" if params else "–",
+                     fmt_bytes(weights) if weights else "–", fmt_bytes(kv) if kv else "–")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(str(text))
                 item.setToolTip(m.get("path") or "")
@@ -172,7 +175,7 @@ class RemoteModels(QObject, PickerOwner):
 
     def models(self) -> list:
         """The folders listed (AdminModel), [] before a read or without admin."""
-        return list(self.view.listing.models) if self.view and self.view.listing else []
+        return self.admin.models()
 
     def selected_path(self) -> str | None:
         rows = {i.row() for i in self.folders.selectedItems()}
@@ -201,55 +204,55 @@ class RemoteModels(QObject, PickerOwner):
         p.load_btn.setEnabled(model is not None and model.ok and not self.busy())
 
     # ------------------------------------------------------------------ load / unload
-    def busy(self) -> bool:
-        return self.job is not None and self.job.running()
+    @property
+    def job(self) -> AdminJob | None:
+        """The model's load or unload on the server (its latest snapshot)."""
+        return self.admin.job
 
-    def start_load(self) -> BackgroundJob | None:
+    def busy(self) -> bool:
+        return self.admin.busy()
+
+    def start_load(self) -> AdminJob | None:
         p = self.page
-        where, path = self.picker.where(), self.selected_path()
-        allowed = self.view is not None and self.view.allowed
-        if where is None or path is None or self.busy() or not allowed:
+        path = self.selected_path()
+        if path is None:
             return None
-        name = p.name_edit.text().strip() or None
-        device, dtype = p.device_box.currentData(), p.dtype_box.currentData()
-        job = BackgroundJob(lambda r: remote_load(*where, path, name, device, dtype, r,
-                                                  r.cancel), "admin-load", parent=self)
-        job.progress.connect(lambda f, msg: (p.progress.setValue(int(f * 100)),
-                                             p.status.setText(f"Loading {path} on the server: "
-                                                              f"{msg}")))
-        job.finished.connect(lambda state: p.status.setText(
-            f"Loaded {state.result.get('name', path) if state.result else path} on the server."))
-        job.cancelled.connect(lambda: p.status.setText("Loading cancelled; the server freed "
-                                                       "what it had allocated."))
-        job.failed.connect(lambda msg: p.status.setText(f"Loading failed: {msg}"))
-        job.ended.connect(self._job_ended)
-        self._running(True)
-        p.progress.setValue(0)
-        p.status.setText(f"Loading {path} on the server…")
-        self.job = job.start()
-        return job
+        return self.admin.start_load(path, p.name_edit.text().strip() or None,
+                                     p.device_box.currentData(), p.dtype_box.currentData())
 
     def cancel(self) -> None:
-        if self.busy():
-            self.job.cancel()
-            self.page.status.setText("Cancelling on the server…")
-            self.page.cancel_btn.setEnabled(False)
+        self.admin.cancel()
 
-    def unload_selected(self) -> BackgroundJob | None:
+    def unload_selected(self) -> AdminJob | None:
         t = self.page.table
         rows = sorted({i.row() for i in t.selectedItems()})
-        where = self.picker.where()
-        if not rows or where is None or self.busy() or not (self.view and self.view.allowed):
-            return None
-        name = t.item(rows[0], 0).text()
-        job = BackgroundJob(lambda _r: remote_unload(*where, name), "admin-unload", parent=self)
-        job.finished.connect(lambda n: self.page.status.setText(f"Unloaded {n} on the server."))
-        job.failed.connect(lambda msg: self.page.status.setText(f"Unloading failed: {msg}"))
-        job.ended.connect(self._job_ended)
-        self._running(True, progress=False)
-        self.page.status.setText(f"Unloading {name} on the server…")
-        self.job = job.start()
-        return job
+        return self.admin.start_unload(t.item(rows[0], 0).text()) if rows else None
+
+    def _show_job(self, job: AdminJob) -> None:
+        """The model's job moved: the Load card's bar, the status line, the buttons."""
+        p = self.page
+        load = job.kind == "load"
+        if job.running:
+            self._running(True, progress=load)
+            if job.cancelling:
+                p.status.setText("Cancelling on the server…")
+                p.cancel_btn.setEnabled(False)
+            elif load:
+                p.progress.setValue(int(job.fraction * 100))
+                p.status.setText(f"Loading {job.what} on the server: {job.message}")
+            else:
+                p.status.setText(f"Unloading {job.what} on the server…")
+            return
+        self._running(False)
+        name = (job.result.result or {}).get("name", job.what) if load and job.result else \
+            job.what
+        p.status.setText({
+            ("load", "done"): f"Loaded {name} on the server.",
+            ("load", "cancelled"): "Loading cancelled; the server freed what it had allocated.",
+            ("load", "failed"): f"Loading failed: {job.error}",
+            ("unload", "done"): f"Unloaded {job.what} on the server.",
+            ("unload", "failed"): f"Unloading failed: {job.error}",
+        }.get((job.kind, job.state), f"{job.kind}: {job.state}"))
 
     def _running(self, on: bool, progress: bool = True) -> None:
         p = self.page
@@ -259,8 +262,3 @@ class RemoteModels(QObject, PickerOwner):
         p.unload_btn.setEnabled(False)
         if on:
             p.load_btn.setEnabled(False)
-
-    def _job_ended(self) -> None:
-        self._running(False)
-        self.refresh()
-        self.ctx.remote.refresh(self.target())  # chat and the pickers see the change

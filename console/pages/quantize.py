@@ -204,11 +204,13 @@ class QuantizePage(Page):
     def busy(self) -> bool:
         return self.job is not None and self.job.running()
 
-    def _start_job(self, fn, kind: str, panel: JobProgress) -> BackgroundJob | None:
+    def _start_job(self, fn, kind: str, panel: JobProgress,
+                   job: BackgroundJob | None = None) -> BackgroundJob | None:
+        """Run `fn` as the page's one job, or hold a model's `job` (FollowedJob) as it."""
         if self.busy():
             panel.finish("Another quantization job is running; cancel it or wait.")
             return None
-        self.job = BackgroundJob(fn, kind, parent=self)
+        self.job = job or BackgroundJob(fn, kind, parent=self)
         self.job_kind = kind
         panel.bind(self.job)
         for b in (self.run_step.run_btn, self.sens_step.sens_btn):

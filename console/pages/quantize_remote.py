@@ -2,47 +2,54 @@
 server's roots (ROOT/REL), Run starts POST /v1/admin/quantize whose progress events drive the
 run step's progress view, Cancel cancels the server's job (DELETE jobs/{id}), and the result
 view shows what the job returned: the output's ROOT/REL name and, with "measure on the server",
-the float-vs-INT8 rows. Sensitivity and Save as run on this machine only. Every call is a
-BackgroundJob over console/remote_jobs.py; the local wizard is unchanged."""
+the float-vs-INT8 rows. Sensitivity and Save as run on this machine only. What the server
+offers, the job on it and its result are the model's (console.remote_jobs.ServerAdmin, free of
+Qt); this view forwards the wizard's choices to it and renders its events. The local wizard is
+unchanged."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QCheckBox
 
-from ..jobs import BackgroundJob
-from ..remote_jobs import (
-    NO_ADMIN,
-    out_name,
-    remote_load,
-    remote_quantize,
-    result_summary,
-    run_from_result,
-)
+from ..jobs import BackgroundJob, FollowedJob
+from ..remote_jobs import AdminJob, quantize_problem, result_summary, run_from_result
 from ..widgets.server_target import PickerOwner, ServerTarget
 
 
 class RemoteQuant(QObject, PickerOwner):
     """Owns the wizard's "Run on" picker; while a server is the target, fills the model list
-    from its roots and runs the plan there as an admin quantize job."""
+    from the server's roots (`admin`'s view) and runs the plan there as an admin quantize job."""
 
     def __init__(self, page):
         super().__init__(page)
         self.page = page
         self.ctx = page.ctx
-        self.view = None  # the last AdminView read
-        self.problem = ""  # why the server's models cannot be quantized now
-        self.result: dict | None = None  # the last remote job's result
-        self._load: BackgroundJob | None = None
+        self._followed: FollowedJob | None = None  # the server's quantization, as the page's job
         self.picker = ServerTarget(self.ctx, "Run on this machine", "Run on {}", page)
         self.picker.setToolTip("Where the quantization runs: this machine, or a connected "
                                "server started with --allow-admin")
-        self.picker.target_changed.connect(self._target_changed)
+        ev = self.own_admin(self.ctx).events
+        ev.subscribe("target", lambda _url: self._target_changed())
+        ev.subscribe("view", lambda _view: self._show_models())
+        ev.subscribe("read_failed", lambda _msg: self._show_models())
+        ev.subscribe("job", self._show_job)
         self.evaluate = QCheckBox("Measure float vs INT8 on the server (slower)")
         self.evaluate.setChecked(True)
         self.evaluate.hide()
+        self.evaluate.toggled.connect(lambda _on: self._run_label())
         run_lay = page.run_step.run_progress.parentWidget().layout()
         run_lay.insertWidget(run_lay.indexOf(page.run_step.run_progress), self.evaluate)
+
+    @property
+    def problem(self) -> str:
+        """Why the server's models cannot be quantized now ("" when they can)."""
+        return quantize_problem(self.admin)
+
+    @property
+    def result(self) -> dict | None:
+        """The last quantization's result on the server (the model's)."""
+        return self.admin.result
 
     # ------------------------------------------------------------------ target
     def _target_changed(self) -> None:
@@ -55,21 +62,22 @@ class RemoteQuant(QObject, PickerOwner):
             else "path to a calibration file")
         p.run_step.fmt_box.setEnabled(not remote)
         self.evaluate.setVisible(remote)
+        self._run_label()
         p.run_step.load_btn.setText("Load on the server" if remote else "Load into engine")
         p.run_step.auto_load.setText("Load the result on the server" if remote
                                      else "Load the result into the engine")
         self.show_focus()
-        self.view, self.result = None, None
         if remote:
-            self.problem = "Reading the server's models…"
-            self._fill([])
-            self.refresh()
+            self._show_models()
         else:
-            self.problem = ""
             p.model_step.model_box.clear()
             p.set_models(self.ctx.engine_host.models())
         p.update_calib_info()
         p._options_changed()
+
+    def _run_label(self) -> None:
+        measure = not self.active() or self.evaluate.isChecked()
+        self.page.run_step.run_btn.setText("Quantize and measure" if measure else "Quantize")
 
     def check(self) -> None:
         """ValueError (one line) when the server's models cannot be quantized now."""
@@ -77,27 +85,14 @@ class RemoteQuant(QObject, PickerOwner):
             raise ValueError(self.problem)
 
     # ------------------------------------------------------------------ the server's models
-    def refresh(self) -> BackgroundJob | None:
-        return self.read_admin_view(
-            self._show_view, lambda msg: self._show_problem(f"⚠ Cannot read the server: {msg}"))
+    def refresh(self) -> None:
+        self.admin.refresh()
 
-    def _show_view(self, view) -> None:
-        self.view = view
-        if not view.allowed:
-            self._show_problem(NO_ADMIN)
-            return
-        models = [m for m in view.listing.models if m.ok and not m.quantization]
-        self.problem = "" if models else (
-            "The server lists no float model under its roots: add one there (--model-root).")
-        self._fill(models)
-        self.page._options_changed()
-
-    def _show_problem(self, text: str) -> None:
-        self.problem = text
-        self._fill([])
-        self.page._options_changed()
-
-    def _fill(self, models) -> None:
+    def _show_models(self) -> None:
+        """The server's float models in step 1 (none, with the reason, when there is one)."""
+        problem = self.problem
+        models = [] if problem else [m for m in self.admin.models()
+                                     if m.ok and not m.quantization]
         box = self.page.model_step.model_box
         current = box.currentData()
         box.blockSignals(True)
@@ -110,43 +105,52 @@ class RemoteQuant(QObject, PickerOwner):
                             and tuple(current) in keys else 0)
         box.blockSignals(False)
         self.page.model_step._model_changed()
-        if self.problem:
-            self.page.model_step.model_info.setText(self.problem)
+        if problem:
+            self.page.model_step.model_info.setText(problem)
+        self.page._options_changed()
 
     # ------------------------------------------------------------------ run
     def start(self, plan, panel) -> BackgroundJob | None:
-        """Quantize on the server into a fresh output folder; the page's job, so its progress
-        view, Cancel and busy state are the local run's."""
-        where = self.picker.where()
-        if where is None:
+        """Quantize on the server into a fresh output folder (the model's job); the page holds
+        it as its job, so its progress view, Cancel and busy state are the local run's."""
+        p = self.page
+        followed = FollowedJob("quantize", self.admin.cancel, parent=self)
+        if p._start_job(None, "quantize", panel, job=followed) is None:
+            return None
+        job = self.admin.start_quantize(plan, self.evaluate.isChecked())
+        if job is None:
+            followed.end("failed", error="the server is no longer connected")
             panel.finish("The server is no longer connected.")
             return None
-        name = out_name(plan, self.view.listing if self.view else None)
-        evaluate = self.evaluate.isChecked()
-        p = self.page
-        job = p._start_job(lambda r: remote_quantize(*where, plan, name, evaluate, r, r.cancel),
-                           "quantize", panel)
-        if job is None:
-            return None
+        self._followed = followed
         p.run_step.clear_verdict()
-        panel.finish(f"Starting on the server, writing {name}…")
-        job.finished.connect(lambda result: self._on_result(plan, result))
-        job.failed.connect(lambda msg: panel.finish(f"⚠ Quantization failed: {msg}"))
-        job.cancelled.connect(lambda: panel.finish(
+        panel.finish(f"Starting on the server, writing {job.what}…")
+        followed.finished.connect(lambda result: self._on_result(plan, result))
+        followed.failed.connect(lambda msg: panel.finish(f"⚠ Quantization failed: {msg}"))
+        followed.cancelled.connect(lambda: panel.finish(
             "Cancelled. The server wrote nothing (no output folder)."))
-        job.ended.connect(self.refresh)
-        return job
+        return followed
+
+    def _show_job(self, job: AdminJob) -> None:
+        """The model's job moved: the run's progress view, or the save line for a load."""
+        if job.kind == "quantize":
+            followed = self._followed
+            if followed is None:
+                return
+            if job.running:
+                followed.step(job.fraction, job.message)
+            else:
+                self._followed = None
+                followed.end(job.state, job.result, job.error)
+        elif job.kind == "load":
+            self._show_load(job)
 
     def _on_result(self, plan, result: dict) -> None:
-        self.result = result
         p = self.page
-        host = self.ctx.engines.label_for(self.target())
-        run = run_from_result(plan, result, server=self.target())
-        if run is not None:
-            p.show_run(run)
-            p.store.add(run)  # "Earlier runs" lists it, marked with the server
-        else:
-            p.run = None
+        host = self.ctx.engines.label_for(job_url := self.admin.job.url)
+        run = run_from_result(plan, result, server=job_url)
+        p.show_run(run)
+        p.store.add(run)  # "Earlier runs" lists it, marked with the server, measured or not
         rs = p.run_step
         rs.save_btn.setEnabled(False)  # Save as… re-exports a checkpoint on this machine
         rs.load_btn.setEnabled(True)
@@ -156,28 +160,24 @@ class RemoteQuant(QObject, PickerOwner):
         if rs.auto_load.isChecked():
             self.load_output(result.get("path", ""))
 
-    def load_output(self, path: str) -> BackgroundJob | None:
+    def load_output(self, path: str) -> AdminJob | None:
         """Load the quantized output in the server's engine (status in the save line)."""
-        where = self.picker.where()
-        status = self.page.run_step.save_status
-        if where is None or not path or (self._load is not None and self._load.running()):
-            return None
-        taken = {m.get("name") for m in (self.view.listing.loaded if self.view and
-                                         self.view.listing else ())}
+        view = self.admin.view
+        taken = {m.get("name") for m in (view.listing.loaded if view and view.listing else ())}
         base = path.rsplit("/", 1)[-1]
         name, i = base, 2
         while name in taken:
             name, i = f"{base}-{i}", i + 1
-        job = BackgroundJob(lambda r: remote_load(*where, path, name, "auto", "auto", r,
-                                                  r.cancel), "admin-load", parent=self)
-        job.progress.connect(lambda _f, msg: status.setText(f"Loading {path} on the server: "
-                                                            f"{msg}"))
-        job.finished.connect(lambda _s: status.setText(
-            f"Loaded as '{name}' on the server: pick '{name} @ "
-            f"{self.ctx.engines.label_for(where[0])}' in Chat."))
-        job.failed.connect(lambda msg: status.setText(f"⚠ Loading failed: {msg}"))
-        job.cancelled.connect(lambda: status.setText("Loading cancelled."))
-        job.ended.connect(lambda: self.ctx.remote.refresh(where[0]))
-        status.setText(f"Loading {path} on the server…")
-        self._load = job.start()
-        return job
+        return self.admin.start_load(path, name) if path else None
+
+    def _show_load(self, job: AdminJob) -> None:
+        status = self.page.run_step.save_status
+        if job.running:
+            status.setText(f"Loading {job.what} on the server: {job.message}")
+            return
+        name = (job.result.result or {}).get("name", job.what) if job.result else job.what
+        status.setText({
+            "done": f"Loaded as '{name}' on the server: pick '{name} @ "
+                    f"{self.ctx.engines.label_for(job.url)}' in Chat.",
+            "cancelled": "Loading cancelled.",
+        }.get(job.state, f"⚠ Loading failed: {job.error}"))

@@ -171,22 +171,7 @@ class RunStep(QWidget):
 
     def show_run(self, run: QuantRun, budget_pct: float) -> None:
         self.run = run
-        f, q = run.float, run.quant
-
-        def ratio(a, b, fmt="{:+.0f}%"):
-            return fmt.format(100.0 * (b / a - 1.0)) if a else "—"
-
-        rows = [
-            (fmt_bytes(f.disk_bytes), fmt_bytes(q.disk_bytes), ratio(f.disk_bytes, q.disk_bytes)),
-            (fmt_bytes(f.memory_bytes), fmt_bytes(q.memory_bytes),
-             ratio(f.memory_bytes, q.memory_bytes)),
-            (f"{f.ttft_ms:.1f} ms", f"{q.ttft_ms:.1f} ms", ratio(f.ttft_ms, q.ttft_ms)),
-            (f"{f.tok_s:.1f}", f"{q.tok_s:.1f}", ratio(f.tok_s, q.tok_s)),
-            (f"{f.perplexity:.3f}", f"{q.perplexity:.3f}", f"{run.ppl_delta_pct:+.2f}%"),
-            ("reference", f"{100 * (q.greedy_agreement or 0):.0f}% of tokens", ""),
-            ("reference", "—" if q.top1_agreement is None  # runs saved before it existed
-             else f"{100 * q.top1_agreement:.0f}% of tokens", ""),
-        ] + recipe_rows(run)
+        rows = measure_rows(run) + recipe_rows(run)
         for r, cells in enumerate(rows):
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -196,8 +181,14 @@ class RunStep(QWidget):
                 if r == HEAD_ROW and c and run.head_reason:
                     item.setToolTip(head_tip(run))
                 self.table.setItem(r, c, item)
-        ok, text = verdict(run, budget_pct)
-        self.verdict_badge.set("WITHIN BUDGET" if ok else "OVER BUDGET", "ok" if ok else "bad")
+        if run.measured:
+            ok, text = verdict(run, budget_pct)
+            self.verdict_badge.set("WITHIN BUDGET" if ok else "OVER BUDGET",
+                                   "ok" if ok else "bad")
+        else:
+            self.verdict_badge.set("NOT MEASURED", "none")
+            text = ("Float and INT8 were not compared: the run had \"measure float vs INT8 on "
+                    "the server\" off.")
         self.verdict.setText(text)
         if run.server:  # its checkpoint is on the server: loaded there, not saved from here
             self.save_btn.setEnabled(False)
@@ -222,10 +213,12 @@ class RunStep(QWidget):
         for r, run in enumerate(runs):
             plan = QuantPlan(**{**run.plan, "skip": tuple(run.plan.get("skip", ()))})
             where = f" @ {host_label(run.server)}" if run.server else ""
+            measured = run.measured
             cells = (run.created[5:16].replace("T", " "),
                      f"{plan.model_name}{where} · {plan.describe()}",
-                     f"{run.ppl_delta_pct:+.2f}%",
-                     f"{run.quant.disk_bytes / max(run.float.disk_bytes, 1):.0%}")
+                     f"{run.ppl_delta_pct:+.2f}%" if measured else "not measured",
+                     f"{run.quant.disk_bytes / max(run.float.disk_bytes, 1):.0%}" if measured
+                     else "—")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{run.out_dir} on {host_label(run.server)}" if run.server
@@ -237,6 +230,28 @@ class RunStep(QWidget):
     def _pick(self, row: int) -> None:
         if 0 <= row < len(self._history_runs):
             self.history_picked.emit(self._history_runs[row])
+
+
+def measure_rows(run: QuantRun) -> list[tuple[str, str, str]]:
+    """The float-vs-INT8 table's measured rows (dashes for a run that measured nothing)."""
+    f, q = run.float, run.quant
+    if f is None or q is None:
+        return [("—", "—", "")] * 7
+
+    def ratio(a, b, fmt="{:+.0f}%"):
+        return fmt.format(100.0 * (b / a - 1.0)) if a else "—"
+
+    return [
+        (fmt_bytes(f.disk_bytes), fmt_bytes(q.disk_bytes), ratio(f.disk_bytes, q.disk_bytes)),
+        (fmt_bytes(f.memory_bytes), fmt_bytes(q.memory_bytes),
+         ratio(f.memory_bytes, q.memory_bytes)),
+        (f"{f.ttft_ms:.1f} ms", f"{q.ttft_ms:.1f} ms", ratio(f.ttft_ms, q.ttft_ms)),
+        (f"{f.tok_s:.1f}", f"{q.tok_s:.1f}", ratio(f.tok_s, q.tok_s)),
+        (f"{f.perplexity:.3f}", f"{q.perplexity:.3f}", f"{run.ppl_delta_pct:+.2f}%"),
+        ("reference", f"{100 * (q.greedy_agreement or 0):.0f}% of tokens", ""),
+        ("reference", "—" if q.top1_agreement is None  # runs saved before it existed
+         else f"{100 * q.top1_agreement:.0f}% of tokens", ""),
+    ]
 
 
 def head_tip(run: QuantRun) -> str:

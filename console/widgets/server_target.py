@@ -5,14 +5,12 @@ While its page is on show, show_focus() puts the server's engine and model in th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox
 
 from ..engines import LOCAL
-from ..jobs import BackgroundJob
-from ..remote_jobs import AdminView, read_admin
+from ..gui_thread import post
+from ..remote_jobs import AdminView, ServerAdmin
 
 
 class ServerTarget(QComboBox):
@@ -72,37 +70,32 @@ class ServerTarget(QComboBox):
 
 class PickerOwner:
     """For the objects (QObjects) that aim a page at a server through their `picker` (a
-    ServerTarget): the page asks them, they ask the picker. They read the server's admin view
-    through read_admin_view() and say whether a read is on with reading()."""
+    ServerTarget): the page asks them, they ask the picker. What the picked server offers and
+    the job on it are the model's, `admin` (console.remote_jobs.ServerAdmin, free of Qt): the
+    picker's choice is forwarded to it, and the owner renders its events."""
 
     picker: ServerTarget
-    _read: BackgroundJob | None = None
-    _gen = 0  # which read_admin_view call is the latest: an earlier one's answer is stale
+    admin: ServerAdmin
 
-    def read_admin_view(self, on_view: Callable[[AdminView], object],
-                        on_failure: Callable[[str], object]) -> BackgroundJob | None:
-        """Read the targeted server's AdminView off the GUI thread (None for this machine or a
-        server gone). Only the latest read answers: on_view(view) while its server is still
-        the target, on_failure(message) when the read failed and its server is still the
-        target."""
-        where = self.picker.where()
-        if where is None:
-            return None
-        self._gen += 1
-        gen = self._gen
-        url = self.target()
-        job = BackgroundJob(lambda _r: read_admin(*where), "admin-models", parent=self)
-        job.finished.connect(lambda view: gen == self._gen and view.url == self.target()
-                             and on_view(view))
-        # a failure, too, only speaks for the server still picked: aimed back at this machine
-        # meanwhile, the page must not show "cannot read the server" or empty its local lists
-        job.failed.connect(lambda msg: gen == self._gen and url == self.target()
-                           and on_failure(msg))
-        self._read = job.start()
-        return job
+    def own_admin(self, ctx) -> ServerAdmin:
+        """Make the owner's model, aimed wherever the picker points, news on the GUI thread."""
+
+        def connection(url: str) -> tuple[str, str | None] | None:
+            conn = ctx.engines.get(url)
+            return (conn.url, conn.engine.api_key) if conn is not None else None
+
+        admin = self.admin = ServerAdmin(connection, post, served_changed=ctx.remote.refresh)
+        self.picker.target_changed.connect(lambda: admin.aim(self.picker.target()))
+        self.picker.destroyed.connect(lambda *_: admin.close())  # the page is going
+        return admin
+
+    @property
+    def view(self) -> AdminView | None:
+        """The server's AdminView last read (None before the first answer)."""
+        return self.admin.view
 
     def reading(self) -> bool:
-        return self._read is not None and self._read.running()
+        return self.admin.reading
 
     def target(self) -> str:
         return self.picker.target()

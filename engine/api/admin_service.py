@@ -64,7 +64,8 @@ class AdminService:
                 loaded.setdefault(rel, []).append(info.name)
             served.append({"name": info.name, "path": rel, "architecture": info.architecture,
                            "dtype": info.dtype, "quantization": info.quantization,
-                           "device": info.device})
+                           "device": info.device, "num_parameters": info.num_parameters,
+                           "weight_bytes": info.weight_bytes, "kv_bytes": info.kv_bytes})
         models = []
         for client, resolved in self.roots.listing():
             report = inspect_model_folder(resolved)
