@@ -10,6 +10,7 @@ import sys
 import threading
 from contextlib import contextmanager
 
+from ..engine.runtime.config import KV_DTYPES
 from .errors import CliError
 
 API_KEY_ENV = "NPU_CONSOLE_API_KEY"
@@ -49,6 +50,8 @@ def register(sub) -> None:
                    help="memory bandwidth for the roofline (default: measured on CPU, "
                         "spec sheet on accelerators)")
     o.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
+    o.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
+                   help="the KV cache's dtype (auto: float32 on CPU)")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--out", default=None, metavar="PREFIX",
                    help="write PREFIX.json and PREFIX.csv")
@@ -172,7 +175,7 @@ def run_offline(args) -> int:
                         batch_sizes=_batch_sizes(args.batch_sizes), input_len=args.input_len,
                         output_len=args.output_len, seed=args.seed,
                         bandwidth_gbps=args.bandwidth, num_threads=args.threads,
-                        load_as=args.load_as)
+                        load_as=args.load_as, kv_dtype=args.kv_dtype)
     return _run(run_offline_sweep, cfg, args)
 
 

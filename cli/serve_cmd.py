@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from ..engine.runtime.config import KV_DTYPES
 from .common import add_model_args, add_reasoning_arg, load_for_cli
 from .errors import CliError
 from .serve_admin import add_admin_args, admin_settings, warn_if_open
@@ -49,6 +50,9 @@ def register(sub) -> None:
                    help="sequences decoded together (default: the engine's)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads of the engine (default: the engine's choice)")
+    p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
+                   help="the KV cache's dtype (auto: float32 on CPU, the model's dtype on "
+                        "accelerators; float16 halves the cache and what attention reads)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000,
                    help="largest accepted request body (413 above it)")
     p.add_argument("--log-prompts", action="store_true",
@@ -133,7 +137,7 @@ def run(args) -> int:
 
     loaded = load_for_cli(args)
     config = EngineConfig(max_waiting=args.max_queue,
-                          reasoning_parser=args.reasoning_parser)
+                          reasoning_parser=args.reasoning_parser, kv_dtype=args.kv_dtype)
     if args.max_running:
         config.max_running = args.max_running
     if args.threads:

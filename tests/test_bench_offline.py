@@ -68,13 +68,19 @@ def test_cancel_stops_between_batches(stories_dir):
 def test_cli_offline_json_and_files(stories_dir, tmp_path, capsys):
     from npu_console.cli.main import main
 
-    rc = main(["bench", "offline", "--model", str(stories_dir), "--device", "cpu",
-               "--batch-sizes", "2,1", "--input-len", "8", "--output-len", "4",
-               "--bandwidth", "30", "--threads", "1", "--json", "--out", str(tmp_path / "off")])
+    argv = ["bench", "offline", "--model", str(stories_dir), "--device", "cpu",
+            "--batch-sizes", "2,1", "--input-len", "8", "--output-len", "4",
+            "--bandwidth", "30", "--threads", "1", "--json"]
+    rc = main(argv + ["--kv-dtype", "float32", "--out", str(tmp_path / "off")])
     out = capsys.readouterr()
     assert rc == 0, out.err
     doc = json.loads(out.out)
     assert [b["batch_size"] for b in doc["batches"]] == [1, 2]
+    # a float16 cache: half the KV bytes per token, as the roofline counts them
+    assert main(argv + ["--kv-dtype", "float16"]) == 0
+    half = json.loads(capsys.readouterr().out)
+    assert half["settings"]["kv_dtype"] == "float16"
+    assert half["model"]["kv_bytes_per_token"] * 2 == doc["model"]["kv_bytes_per_token"]
     assert doc["hardware"]["cores"] >= 1 and doc["settings"]["input_len"] == 8
     csv_lines = (tmp_path / "off.csv").read_text().splitlines()
     assert len(csv_lines) == 3 and "bandwidth_share" in csv_lines[0]

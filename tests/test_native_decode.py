@@ -47,6 +47,36 @@ def test_native_step_equals_the_pytorch_loop(family):
     assert torch.allclose(native.kv.v, torch_.kv.v, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", ["qwen2", "gemma2", "mistral-window"])
+def test_an_fp16_kv_cache_runs_natively_like_the_pytorch_loop(family):
+    """The KV cache in fp16 (half the bytes attention reads): the native step writes the same
+    rounded rows as the PyTorch loop (which computes in fp32 from them), and both stay within
+    fp16's rounding of the fp32-cache model: logits and greedy choices."""
+    if family == "mistral-window":
+        model = tiny("mistral", sliding_window=6).model
+    elif family == "gemma2":
+        model = tiny("gemma2", attn_logit_softcapping=2.0).model
+    else:
+        model = wide(family).model
+    out, native, torch_ = decode_both(model, kv_dtype="float16")
+    assert native.kv.k.dtype == torch.float16 and native.kv.nbytes * 2 == _fp32_kv_bytes(native)
+    for a, b in out:
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+        assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
+    # the same rows as the fp32 test holds them (1e-5), plus one last bit of half
+    for mine, theirs in ((native.kv.k, torch_.kv.k), (native.kv.v, torch_.kv.v)):
+        assert torch.allclose(mine.float(), theirs.float(), rtol=1e-3, atol=3e-5)
+    full, _, _ = decode_both(model)  # the fp32 cache: the rounding of half is all that differs
+    for (a, _), (f, _) in zip(out, full):
+        tol = 2e-3 * float(f.abs().max())
+        assert (a - f).abs().max() <= tol, (a - f).abs().max()
+        assert_same_choice(a, f, tol)
+
+
+def _fp32_kv_bytes(runner) -> int:
+    return 2 * runner.kv.k.numel() * 4
+
+
 def _quantized(method: str, group_size: int = 0, family: str = "qwen2"):
     from npu_console.engine.quant.apply import prepare_for_serving, quantize_model
     from npu_console.engine.quant.calib import collect_stats
@@ -135,7 +165,7 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
 
     llama = tiny("llama").model
     assert "float parts in bfloat16" in reason(tiny("llama").model.to(torch.bfloat16))
-    assert "KV cache is not float32" in reason(llama, kv_dtype="bfloat16")
+    assert "KV cache in bfloat16, not float32 or float16" in reason(llama, kv_dtype="bfloat16")
     assert "PyTorch kernels requested" in reason(llama, linear_kernels="torch")
     grouped = tiny("llama").model  # groups the W8A16 kernel takes plan natively (above);
     quantize_model(grouped, QuantConfig(method="w8a16", group_size=32))

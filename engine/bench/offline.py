@@ -43,6 +43,7 @@ class OfflineConfig:
     num_threads: int | None = None  # torch threads of the engine; None = the engine's default
     max_batched_tokens: int | None = None  # None: the whole batch's prompts in one step
     load_as: str = "float"  # "int8": a GGUF straight into INT8 weights (load_model)
+    kv_dtype: str = "auto"  # the engine's KV cache (EngineConfig.kv_dtype)
 
     def check(self) -> None:
         if not self.batch_sizes or min(self.batch_sizes) < 1:
@@ -314,7 +315,8 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     mbt = cfg.max_batched_tokens or max(256, max_b * cfg.input_len)
     engine = LocalEngine(EngineConfig(max_running=max_b, max_waiting=max(256, max_b),
                                       max_batched_tokens=mbt, max_model_len=max_len,
-                                      prefix_caching=False, num_threads=cfg.num_threads))
+                                      prefix_caching=False, num_threads=cfg.num_threads,
+                                      kv_dtype=cfg.kv_dtype))
     result = OfflineResult(settings=asdict(cfg) | {"batch_sizes": batch_sizes,
                                                    "max_batched_tokens": mbt},
                            hardware=host_info_dict(), model={}, bandwidth=None,
@@ -326,6 +328,8 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
             info = engine.add_model(loaded, name=loaded.name, default=True).result()
         except EngineError as exc:
             raise BenchError(str(exc)) from None
+        if info.kv_bytes and info.max_context:  # the cache as the engine holds it (its dtype)
+            kv_per_token = info.kv_bytes // (max_b * info.max_context)
         result.model = asdict(info) | {"decode_weight_bytes": weight_bytes,
                                        "kv_bytes_per_token": kv_per_token}
         vocab = getattr(loaded.model.config, "vocab_size", None) or len(loaded.tokenizer)

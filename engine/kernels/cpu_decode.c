@@ -45,7 +45,8 @@ typedef struct {
     npc_linear_t q, k, v, o, gate, up, down;
     const float *in_norm, *post_norm; /* [hidden] */
     const float *q_norm, *k_norm;     /* [head_dim] or NULL */
-    float *kc, *vc;                   /* this layer's cache, [slots, kv_heads, max_len, head_dim] */
+    /* this layer's cache, [slots, kv_heads, max_len, head_dim], fp32 or (kv_half) fp16 */
+    void *kc, *vc;
     /* Gemma's sandwich: norms of the attention and MLP outputs before each residual add [hidden],
      * or NULL */
     const float *attn_out_norm, *mlp_out_norm;
@@ -62,6 +63,7 @@ typedef struct {
     int64_t rot_dim; /* rotary values per head (<= head_dim) */
     float softcap;   /* attention scores -> tanh(s / cap) * cap; 0: none */
     int32_t act;     /* NPC_SILU or NPC_GELU_TANH, of the MLP's gate */
+    int32_t kv_half; /* the KV cache holds fp16 (IEEE half), else fp32 */
 } npc_model_t;
 
 /* scratch for int8 layers' activation rows: int16 values (W8A8, W8A16) and their scales
@@ -222,27 +224,81 @@ static inline __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-/* p[j] = scaling * (q . k_j) for j < len, keys hd apart; four keys per pass share one
- * horizontal sum */
-static void scores(const float *q, const float *k, int64_t len, int64_t hd, float scaling,
-                   float *p) {
+/* The KV cache's values as fp32: 8 from element i of an fp32 or (half) fp16 cache, or one.
+ * fp16 halves what attention reads per step; its values round as torch's .to(float16) does
+ * (nearest even), so the native step and the PyTorch path hold the same cache. */
+static inline __attribute__((always_inline)) __m256 kv_load8(const void *c, int64_t i,
+                                                            const int half) {
+    if (!half) return _mm256_loadu_ps((const float *)c + i);
+#if defined(__aarch64__)
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = (float)((const __fp16 *)c)[i + j];
+    return _mm256_loadu_ps(t);
+#else
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)c + i)));
+#endif
+}
+
+static inline __attribute__((always_inline)) float kv_at(const void *c, int64_t i,
+                                                         const int half) {
+    if (!half) return ((const float *)c)[i];
+#if defined(__aarch64__)
+    return (float)((const __fp16 *)c)[i];
+#else
+    return _cvtsh_ss(((const uint16_t *)c)[i]);
+#endif
+}
+
+static inline void kv_put(void *c, int64_t i, float x, const int half) {
+    if (!half) {
+        ((float *)c)[i] = x;
+        return;
+    }
+#if defined(__aarch64__)
+    ((__fp16 *)c)[i] = (__fp16)x;
+#else
+    ((uint16_t *)c)[i] = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+#endif
+}
+
+/* p[j] = scaling * (q . k_j) for j < len, keys hd apart from element k0 of the cache; four
+ * keys per pass share one horizontal sum */
+static inline __attribute__((always_inline)) void
+scores_kv(const float *q, const void *k, int64_t k0, int64_t len, int64_t hd, float scaling,
+          float *p, const int half) {
     int64_t j = 0;
     if ((hd & 7) == 0) {
         const __m128 sc = _mm_set1_ps(scaling);
         for (; j + 4 <= len; j += 4) {
-            const float *k0 = k + j * hd;
+            const int64_t r = k0 + j * hd;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int64_t i = 0; i < hd; i += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + i);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + hd + i), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * hd + i), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * hd + i), a3);
+                a0 = _mm256_fmadd_ps(qv, kv_load8(k, r + i, half), a0);
+                a1 = _mm256_fmadd_ps(qv, kv_load8(k, r + hd + i, half), a1);
+                a2 = _mm256_fmadd_ps(qv, kv_load8(k, r + 2 * hd + i, half), a2);
+                a3 = _mm256_fmadd_ps(qv, kv_load8(k, r + 3 * hd + i, half), a3);
             }
             _mm_storeu_ps(p + j, _mm_mul_ps(hsum4_ps(a0, a1, a2, a3), sc));
         }
     }
-    for (; j < len; j++) p[j] = dot(q, k + j * hd, hd) * scaling;
+    for (; j < len; j++) {
+        if (!half) {
+            p[j] = dot(q, (const float *)k + k0 + j * hd, hd) * scaling;
+            continue;
+        }
+        float s = 0.0f;
+        for (int64_t i = 0; i < hd; i++) s += q[i] * kv_at(k, k0 + j * hd + i, 1);
+        p[j] = s * scaling;
+    }
+}
+
+static void scores(const float *q, const void *k, int64_t k0, int64_t len, int64_t hd,
+                   float scaling, float *p, int half) {
+    if (half)
+        scores_kv(q, k, k0, len, hd, scaling, p, 1);
+    else
+        scores_kv(q, k, k0, len, hd, scaling, p, 0);
 }
 
 /* p[j] = e^(p[j] - max p), returns their sum */
@@ -268,25 +324,34 @@ static float softmax_numerators(float *p, int64_t len) {
 
 /* o = sum_j (p[j] / sum) v_j over hd values; 64 outputs at a time stay in registers while
  * the values stream past */
-static void weighted_values(const float *p, float sum, const float *v, int64_t len,
-                            int64_t hd, float *o) {
+static inline __attribute__((always_inline)) void
+weighted_values_kv(const float *p, float sum, const void *v, int64_t v0, int64_t len,
+                   int64_t hd, float *o, const int half) {
     int64_t i0 = 0;
     for (; i0 + 64 <= hd; i0 += 64) {
         __m256 acc[8];
         for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
         for (int64_t j = 0; j < len; j++) {
             const __m256 wv = _mm256_set1_ps(p[j] / sum);
-            const float *vj = v + j * hd + i0;
+            const int64_t r = v0 + j * hd + i0;
             for (int c = 0; c < 8; c++)
-                acc[c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+                acc[c] = _mm256_fmadd_ps(wv, kv_load8(v, r + 8 * c, half), acc[c]);
         }
         for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + i0 + 8 * c, acc[c]);
     }
     for (int64_t i = i0; i < hd; i++) o[i] = 0.0f;
     for (int64_t j = 0; j < len && i0 < hd; j++) {
         const float w = p[j] / sum;
-        for (int64_t i = i0; i < hd; i++) o[i] += w * v[j * hd + i];
+        for (int64_t i = i0; i < hd; i++) o[i] += w * kv_at(v, v0 + j * hd + i, half);
     }
+}
+
+static void weighted_values(const float *p, float sum, const void *v, int64_t v0, int64_t len,
+                            int64_t hd, float *o, int half) {
+    if (half)
+        weighted_values_kv(p, sum, v, v0, len, hd, o, 1);
+    else
+        weighted_values_kv(p, sum, v, v0, len, hd, o, 0);
 }
 
 /* p[j] = tanh(p[j] / cap) * cap over n values; the last partial 8 through a padded copy, so
@@ -322,10 +387,11 @@ static void attention(const npc_model_t *md, const npc_layer_t *L, const float *
             const int64_t first = L->window && pos[m] + 1 > L->window ? pos[m] + 1 - L->window : 0;
             const int64_t len = pos[m] + 1 - first;
             const int64_t base = ((slots[m] * kvh + g) * ml + first) * hd;
-            scores(q + (m * nh + h) * hd, L->kc + base, len, hd, md->scaling, p);
+            scores(q + (m * nh + h) * hd, L->kc, base, len, hd, md->scaling, p, md->kv_half);
             if (cap > 0.0f) soft_cap(p, len, cap);
             const float sum = softmax_numerators(p, len);
-            weighted_values(p, sum, L->vc + base, len, hd, out + (m * nh + h) * hd);
+            weighted_values(p, sum, L->vc, base, len, hd, out + (m * nh + h) * hd,
+                            md->kv_half);
         }
     }
 }
@@ -419,8 +485,8 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
             for (int64_t g = 0; g < kvh; g++) {
                 const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
                 for (int64_t i = 0; i < hd; i++) {
-                    L->kc[at + i] = k[(m * kvh + g) * hd + i];
-                    L->vc[at + i] = v[(m * kvh + g) * hd + i];
+                    kv_put(L->kc, at + i, k[(m * kvh + g) * hd + i], md->kv_half);
+                    kv_put(L->vc, at + i, v[(m * kvh + g) * hd + i], md->kv_half);
                 }
             }
         }

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+# what --kv-dtype takes: "auto" is float32 on CPU and the model's dtype on accelerators
+KV_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
 
 @dataclass
 class EngineConfig:
@@ -18,7 +21,7 @@ class EngineConfig:
     # (None = no fixed cap) keeps the old fixed ceiling for tests and benchmarks
     max_model_len: int | None = None
     max_context_cap: int | None = None
-    kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or a torch dtype name
+    kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or one of KV_DTYPES
     # CPU decode work: "auto" (the native kernels when they build: fp32 products,
     # engine.runtime.cpu_linear, and whole decode steps, engine.runtime.native_decode) or
     # "torch" (PyTorch's ops and BLAS throughout)

@@ -51,7 +51,7 @@ class _Model(ctypes.Structure):
                 ("hidden", "heads", "kv_heads", "head_dim", "inter", "max_len")] + [
         ("eps", ctypes.c_float), ("qk_eps", ctypes.c_float), ("scaling", ctypes.c_float),
         ("n_layers", ctypes.c_int32), ("rot_dim", ctypes.c_int64), ("softcap", ctypes.c_float),
-        ("act", ctypes.c_int32)]
+        ("act", ctypes.c_int32), ("kv_half", ctypes.c_int32)]
 
 
 SILU, GELU_TANH = 0, 1
@@ -195,8 +195,9 @@ def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
         return None, "not on CPU"
     if runner.dtype != torch.float32:
         return None, f"float parts in {str(runner.dtype).removeprefix('torch.')}, not float32"
-    if runner.kv.k.dtype != torch.float32:
-        return None, "KV cache is not float32"
+    if runner.kv.k.dtype not in (torch.float32, torch.float16):
+        return None, f"KV cache in {str(runner.kv.k.dtype).removeprefix('torch.')}, not " \
+                     "float32 or float16"
     lib = native.library()
     if lib is None:
         return None, "native kernels unavailable"
@@ -275,6 +276,6 @@ def _build(runner: Any, lib: Any) -> DecodePlan:
         d.rope = fam.rope_table_of[li]
     model = _Model(hidden, nh, kvh, hd, inter, runner.max_len, eps, qk_eps or 0.0,
                    float(runner.scaling), len(runner.layers), rot_dim,
-                   float(fam.attn_softcap or 0.0), act)
+                   float(fam.attn_softcap or 0.0), act, int(runner.kv.k.dtype == torch.float16))
     norm = _norm(runner.inner.norm, hidden, keep, offset)
     return DecodePlan(model, layers, keep, lib.npc_decode_layers, norm, lib.npc_rmsnorm)

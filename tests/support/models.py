@@ -109,15 +109,16 @@ def needs_native():
         pytest.skip(f"native kernels unavailable: {reason}")
 
 
-def decode_both(model, steps: int = 4, num_slots: int = 8):
+def decode_both(model, steps: int = 4, num_slots: int = 8, kv_dtype: str = "auto"):
     """Prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
     native step and one without, then decode `steps` greedy steps through each (both fed the
     PyTorch runner's tokens). Returns [(native logits, torch logits)] and the runners."""
     from npu_console.engine.runtime.runner import BatchedRunner
     from npu_console.engine.runtime.scheduler import ScheduledSeq
 
-    native = BatchedRunner(model, num_slots=num_slots, max_len=96)
-    torch_ = BatchedRunner(model, num_slots=num_slots, max_len=96, linear_kernels="torch")
+    native = BatchedRunner(model, num_slots=num_slots, max_len=96, kv_dtype=kv_dtype)
+    torch_ = BatchedRunner(model, num_slots=num_slots, max_len=96, linear_kernels="torch",
+                           kv_dtype=kv_dtype)
     assert native.decode_plan is not None, native.decode_plan_reason
     assert torch_.decode_plan is None
     g = torch.Generator().manual_seed(7)

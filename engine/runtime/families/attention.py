@@ -110,13 +110,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
            v_cache: torch.Tensor, step: StepLayout, scaling: float,
            window: int | None = None, softcap: float | None = None) -> torch.Tensor:
     """Write this step's k / v [N, kvh, hd] into one layer's cache [slots, kvh, L, hd] and
-    attend q [N, nh, hd] against it. Returns [N, nh * hd] in the cache's dtype."""
+    attend q [N, nh, hd] against it. Returns [N, nh * hd] in the cache's dtype, or in fp32 for
+    an fp16 cache on CPU: there the cache only stores (half the bytes attention reads, as in
+    the native step), and the products run in fp32 (CPU matmuls in fp16 are slow and round
+    every sum)."""
     _, nh, hd = q.shape
     kvh = k.shape[1]
     groups = nh // kvh
-    kdt = k_cache.dtype
-    k_cache[step.slot_t, :, step.pos_t] = k.to(kdt)
-    v_cache[step.slot_t, :, step.pos_t] = v.to(kdt)
+    store = k_cache.dtype
+    k_cache[step.slot_t, :, step.pos_t] = k.to(store)
+    v_cache[step.slot_t, :, step.pos_t] = v.to(store)
+    kdt = torch.float32 if store == torch.float16 and k_cache.device.type == "cpu" else store
     outs = []
     dc = step.decode_count
     if dc:
@@ -126,6 +130,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
         else:  # gather only the first lmax rows of the scattered slots
             kk = k_cache[:, :, :lmax].index_select(0, a)
             vv = v_cache[:, :, :lmax].index_select(0, a)
+        kk, vv = kk.to(kdt), vv.to(kdt)
         qd = q[:dc]
         if step.dec_perm is not None:
             qd = qd.index_select(0, step.dec_perm)
@@ -139,8 +144,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     for i, (o0, n, slot, start) in enumerate(step.pre):
         ctx = start + n
         qp = q[o0:o0 + n].to(kdt).transpose(0, 1)[None]  # [1, nh, n, hd]
-        kk = k_cache[slot:slot + 1, :, :ctx]
-        vv = v_cache[slot:slot + 1, :, :ctx]
+        kk = k_cache[slot:slot + 1, :, :ctx].to(kdt)
+        vv = v_cache[slot:slot + 1, :, :ctx].to(kdt)
         mask = step.prefill_mask(i, window)
         if softcap:
             o = _capped_attention(qp, kk, vv, mask, ctx, scaling, softcap, groups)
