@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from npu_console.console.widgets.basic import fmt_bytes
 from npu_console.console.engines import host_label
 from npu_console.console.remote_jobs import NO_ADMIN
+from npu_console.console.widgets.basic import fmt_bytes
 from npu_console.engine.remote.admin import RemoteAdmin
 from PySide6.QtCore import Qt
 from support.gui import console_window

@@ -114,7 +114,8 @@ def test_generate_from_the_gguf_says_paris_then_loads_from_the_cache(smollm_gguf
     assert "Paris" in first.stdout
     # this file's entry (other tests, and other xdist workers, share the session's cache)
     entry = [cache / "gguf" / n for n in _entries(cache)
-             if n.startswith(smollm_gguf.stem) and not n.endswith((".json", ".tokenizer"))]
+             if n.startswith(smollm_gguf.stem)
+             and not n.endswith((".json", ".tokenizer", ".config"))]
     assert len(entry) == 1 and (entry[0] / "meta.json").is_file()
     meta = json.loads((entry[0] / "meta.json").read_text())
     assert meta["saved_dtype"] == "float32" and meta["header"]["quant_type"] == "Q4_1"

@@ -105,8 +105,8 @@ def test_other_block_types_round_to_int8_per_group(tmp_path):
 def test_the_memory_plan_is_the_bytes_the_model_holds(tmp_path):
     """The header's INT8 plan (no tensor read) equals what the loaded model keeps: int8
     matrices, their fp32 scales, the float norms."""
-    from npu_console.engine.models import estimate_memory, inspect_model_folder, load_model
     from npu_console.engine.kernels.int8_linear import Int8Linear
+    from npu_console.engine.models import estimate_memory, inspect_model_folder, load_model
     from npu_console.engine.models.memory import GGUF_INT8
 
     path = write_model_gguf(tiny("qwen2", tie_word_embeddings=True).model,

@@ -35,7 +35,7 @@ def test_the_tokenizer_is_built_once_and_read_back_the_same(tmp_path, monkeypatc
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
     path = write_model_gguf(tiny("llama").model, tmp_path / "m.gguf", "Q8_0")
     first = load_tokenizer(path)
-    assert builds == ["m.gguf"] and (gguf.tokenizer_dir(path) / gguf.TOKENIZER_DONE).is_file()
+    assert builds == ["m.gguf"] and (gguf.tokenizer_dir(path) / gguf.BUILT_MARKER).is_file()
     again = load_tokenizer(path)
     assert builds == ["m.gguf"]  # read back, not built
     # (the tiny file's vocabulary has no byte tokens: compare the table and the decoding)

@@ -2,11 +2,10 @@
 
 The header (key-value metadata and the tensor table) says everything the folder check and the
 memory estimate need: architecture, layers, context, parameter count, quantization type, and
-whether a tokenizer is embedded. It is read with the `gguf` package (llama.cpp's own reader),
-never the tensors. Weights are converted by transformers' GGUF support (gguf_convert.py).
+whether a tokenizer is embedded. It is read by gguf_index (never the tensors). Weights are
+converted by transformers' GGUF support (gguf_convert.py).
 
-Reading the header parses every vocabulary string (a few seconds for a 49K vocabulary on a slow
-core), so its summary is cached beside the converted weights, keyed like them (cache_key).
+Its summary is also cached beside the converted weights, keyed like them (cache_key).
 """
 
 from __future__ import annotations
@@ -69,12 +68,24 @@ def entry_dir(path: Path) -> Path:
     return cache_root() / f"{path.stem}-{cache_key(path)}"
 
 
-TOKENIZER_DONE = "tokenizer.done"
+BUILT_MARKER = "built.done"  # written last into a kept tokenizer or config folder
 
 
 def tokenizer_dir(path: Path) -> Path:
     """Where this GGUF's built tokenizer is kept (engine.models.gguf_tokenizer)."""
     return cache_root() / f"{path.stem}-{cache_key(path)}.tokenizer"
+
+
+def config_dir(path: Path) -> Path:
+    """Where this GGUF's transformers config is kept (engine.models.gguf_config)."""
+    return cache_root() / f"{path.stem}-{cache_key(path)}.config"
+
+
+def kept_folder(folder: Path) -> Path | None:
+    """A cache folder an earlier load finished (its done-marker written), if it may be read."""
+    if (folder / BUILT_MARKER).is_file() and not cache_problem() and not entry_untrusted(folder):
+        return folder
+    return None
 
 
 def cache_problem() -> str | None:
@@ -94,10 +105,7 @@ def entry_untrusted(entry: Path) -> str | None:
 
 def kept_tokenizer(path: Path) -> Path | None:
     """This GGUF's tokenizer folder as an earlier load built and kept it, if it may be read."""
-    own = tokenizer_dir(path)
-    if (own / TOKENIZER_DONE).is_file() and not cache_problem() and not entry_untrusted(own):
-        return own
-    return None
+    return kept_folder(tokenizer_dir(path))
 
 
 def _causal_lm_class(model_type: str) -> str | None:
@@ -114,18 +122,10 @@ def supported_architectures() -> list[str]:
                   and _causal_lm_class(a))
 
 
-def _field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    try:
-        return f.contents()
-    except Exception:  # noqa: BLE001 - a malformed value counts as absent
-        return None
-
-
 def read_header(path: Path) -> dict:
     """The header summary as plain data; GgufError for a file that is not a readable GGUF."""
+    from .gguf_index import GgufIndexError, read_index
+
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -134,47 +134,52 @@ def read_header(path: Path) -> dict:
         raise GgufError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if magic != MAGIC:
         raise GgufError(f"{path}: not a GGUF file (magic {magic!r}, expected {MAGIC!r})")
-    from gguf import GGUFReader
-
     try:
-        reader = GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001 - the reader fails in many ways on a cut file
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        index = read_index(path)
+    except (GgufIndexError, OSError) as exc:
         raise GgufError(f"{path}: truncated or corrupt ({size:,} bytes): the header or tensor "
-                        f"table does not fit the file ({reason})") from None
-    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+                        f"table does not fit the file ({exc})") from None
+    end = max((t.data_offset + t.n_bytes for t in index.tensors), default=0)
     if end > size:
         raise GgufError(f"{path}: truncated: its tensors need {end:,} bytes, the file has "
                         f"{size:,}")
-    arch = _field(reader, "general.architecture") or ""
+    arch = str(index.field("general.architecture") or "")
 
     def arch_field(name: str):
-        return _field(reader, f"{arch}.{name}")
+        return index.field(f"{arch}.{name}")
 
-    types = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) >= 2)
-    heads = arch_field("attention.head_count")
+    types = Counter(t.tensor_type.name for t in index.tensors if len(t.shape) >= 2)
+    heads = _widest(arch_field("attention.head_count"))
+    kv_heads = _widest(arch_field("attention.head_count_kv"))
     hidden = arch_field("embedding_length")
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    tokens = index.field("tokenizer.ggml.tokens")
     return {
         "format_version": FORMAT_VERSION,
         "architecture": arch,
-        "name": _field(reader, "general.name"),
+        "name": index.field("general.name"),
         "num_layers": arch_field("block_count"),
         "context": arch_field("context_length"),
         "hidden_size": hidden,
         "num_heads": heads,
-        "num_kv_heads": arch_field("attention.head_count_kv") or heads,
+        "num_kv_heads": kv_heads or heads,
         "head_dim": arch_field("attention.key_length") or (
             hidden // heads if hidden and heads else None),
-        "vocab_size": arch_field("vocab_size") or (len(tokens.data) if tokens else None),
-        "num_parameters": sum(int(t.n_elements) for t in reader.tensors),
+        "vocab_size": arch_field("vocab_size") or (len(tokens) if tokens is not None else None),
+        "num_parameters": sum(t.n_elements for t in index.tensors),
         "tensor_types": dict(types),
         "quant_type": types.most_common(1)[0][0] if types else None,
-        "tokenizer": _field(reader, "tokenizer.ggml.model") if tokens else None,
-        "chat_template": bool(_field(reader, "tokenizer.chat_template")),
+        "tokenizer": index.field("tokenizer.ggml.model") if tokens is not None else None,
+        "chat_template": bool(index.field("tokenizer.chat_template")),
         "file_bytes": size,
-        **_int8_plan(reader.tensors),
+        **_int8_plan(index.tensors),
     }
+
+
+def _widest(value):
+    """A head count, or the largest of per-layer head counts (an array in some files)."""
+    if value is None or isinstance(value, int):
+        return value
+    return max((int(v) for v in value), default=None)
 
 
 def _int8_plan(tensors) -> dict:

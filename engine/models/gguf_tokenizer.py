@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,20 @@ def cached_copy(path: Path) -> Path | None:
     return converted_folder(path) or gguf.kept_tokenizer(path)
 
 
-def _save(tokenizer: Any, path: Path) -> None:
+def keep(final: Path, write: Callable[[Path], None], source: Path) -> None:
+    """Write a cache folder whole or not at all: `write` fills a temporary folder, which then
+    takes `final`'s name with a done-marker naming the GGUF it was built from."""
     if gguf.cache_problem():  # a cache this user does not own alone: build each time, keep nothing
         return
-    final = gguf.tokenizer_dir(path)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        tokenizer.save_pretrained(str(tmp))
-        (tmp / gguf.TOKENIZER_DONE).write_text(str(path), encoding="utf-8")
+        write(tmp)
+        (tmp / gguf.BUILT_MARKER).write_text(str(source), encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)  # an untrusted or half-made one
         with contextlib.suppress(OSError):  # another process made it meanwhile: theirs stands
             os.rename(tmp, final)
     except OSError:
-        pass  # a read-only or full cache: the tokenizer still works, it is just not kept
+        pass  # a read-only or full cache: the result still works, it is just not kept
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -51,5 +53,5 @@ def load_tokenizer(path: Path) -> Any:
         with contextlib.suppress(OSError, ValueError):
             return AutoTokenizer.from_pretrained(str(folder))
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    _save(tokenizer, path)
+    keep(gguf.tokenizer_dir(path), lambda d: tokenizer.save_pretrained(str(d)), path)
     return tokenizer

@@ -9,8 +9,9 @@ one at a time and rounded to INT8 per group of 32 at once, so memory stays near 
 The model is built with its parameters on the meta device (accelerate's init_empty_weights;
 buffers such as the rotary frequencies are real), each linear replaced by its int8 module and
 each remaining parameter (norms, float embeddings) assigned from the file. The tensors are read
-with plain reads at the offsets GGUFReader found, not through its memory map: pages of a mapped
-file count in the process's resident memory, so a mapped 7 GB file would double the peak.
+with plain reads at the offsets the file's index gives (engine.models.gguf_index), not through
+a memory map: pages of a mapped file count in the process's resident memory, so a mapped 7 GB
+file would double the peak.
 
 llama.cpp stores the rows of Llama-family Q and K projections permuted (its rotary embedding
 pairs neighbouring values, transformers' pairs halves); transformers' own tensor processor
@@ -50,9 +51,9 @@ class _Tensors:
     """Reads one tensor at a time from the file (see the module's note on memory maps)."""
 
     def __init__(self, path: Path):
-        from gguf import GGUFReader
+        from ..models.gguf_index import read_index
 
-        self.reader = GGUFReader(str(path))
+        self.index = read_index(path)
         self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
 
     def raw(self, t: Any) -> np.ndarray:
@@ -66,7 +67,8 @@ class _Tensors:
         """The tensor dequantized to float32, in transformers' (row-major) shape."""
         from gguf.quants import dequantize
 
-        arr = self.raw(t).view(t.data.dtype).reshape(t.data.shape)
+        dtype, shape = t.numpy_layout()
+        arr = self.raw(t).view(dtype).reshape(shape)
         return np.asarray(dequantize(arr, t.tensor_type), dtype=np.float32)
 
     def close(self) -> None:
@@ -133,7 +135,7 @@ def build_int8_model(path: Path, config: Any, dtype: torch.dtype,
     model = _skeleton(config, dtype)
     src = _Tensors(path)
     try:
-        arch = str(src.reader.fields["general.architecture"].contents())
+        arch = str(src.index.field("general.architecture"))
         proc = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=config.to_dict())
         names = get_gguf_hf_weights_map(model, proc)
         emb, head = model.get_input_embeddings(), model.get_output_embeddings()
@@ -141,7 +143,7 @@ def build_int8_model(path: Path, config: Any, dtype: torch.dtype,
         head_name = next(n for n, m in model.named_modules() if m is head)
         tied = bool(getattr(config, "tie_word_embeddings", False))
         quantized, head_int8, emb_int8 = [], None, False
-        tensors = src.reader.tensors
+        tensors = src.index.tensors
         for i, t in enumerate(tensors):
             if i % max(1, len(tensors) // 40) == 0:
                 step(i / len(tensors), "reading the int8 weights")
@@ -200,8 +202,8 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
                    cancel: threading.Event | None = None) -> Any:
     """engine.models.loader.LoadedModel of a GGUF file loaded as INT8 (formats "gguf-int8")."""
     import transformers
-    from transformers import AutoConfig
 
+    from ..models.gguf_config import load_config
     from ..models.gguf_tokenizer import load_tokenizer
     from ..models.loader import LoadedModel, ModelLoadError, load_steps
 
@@ -212,7 +214,7 @@ def load_gguf_int8(path: str | Path, device: str = "cpu", dtype: str = "float32"
     transformers.utils.logging.set_verbosity_error()
     step(0.05, "reading the GGUF header")
     try:
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        config = load_config(path)
         step(0.1, "reading the tokenizer")
         tokenizer = load_tokenizer(path)
         dt = getattr(torch, dtype)

@@ -196,8 +196,8 @@ def plan_for(runner: Any) -> tuple[DecodePlan | None, str]:
     if runner.dtype != torch.float32:
         return None, f"float parts in {str(runner.dtype).removeprefix('torch.')}, not float32"
     if runner.kv.k.dtype not in (torch.float32, torch.float16):
-        return None, f"KV cache in {str(runner.kv.k.dtype).removeprefix('torch.')}, not " \
-                     "float32 or float16"
+        kv = str(runner.kv.k.dtype).removeprefix("torch.")
+        return None, f"KV cache in {kv}, not float32 or float16"
     lib = native.library()
     if lib is None:
         return None, "native kernels unavailable"

@@ -54,8 +54,8 @@ def main() -> int:
         packed = packing.pack_w8a16(w, scale, GROUP)
         for m in map(int, args.rows.split(",")):
             x = torch.randn(m, k, generator=g)
-            row = median_time(lambda: native.w8a16(x, w, scale, GROUP), args.repeats)
-            pk = median_time(lambda: packing.w8a16_packed(x, packed), args.repeats)
+            row = median_time(lambda x=x, w=w, s=scale: native.w8a16(x, w, s, GROUP), args.repeats)
+            pk = median_time(lambda x=x, p=packed: packing.w8a16_packed(x, p), args.repeats)
             print(json.dumps({"shape": name, "rows": m, "row_major_ms": round(row * 1e3, 3),
                               "packed_ms": round(pk * 1e3, 3), "speedup": round(row / pk, 2),
                               "packed_gmac_s": round(m * n * k / pk / 1e9, 1)}), flush=True)
