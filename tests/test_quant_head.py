@@ -34,20 +34,23 @@ def test_tied_head_is_one_int8_table_and_stays_close_to_float(stories_dir, probe
     model, _ = load_float(stories_dir)
     info = quantize_model(model, QuantConfig(method="w8a8-dynamic", int8_head=True))
 
-    assert info.int8_head == {"head": "lm_head", "embedding": "model.embed_tokens", "tied": True}
+    assert info.int8_head == {"head": "lm_head", "embedding": "model.embed_tokens", "tied": True,
+                              "group": 32}
     assert isinstance(model.lm_head, QuantLinear) and model.lm_head.method == "w8a16"
     emb = model.get_input_embeddings()
     assert isinstance(emb, QuantEmbedding) and emb.is_tied
     assert not list(emb.buffers())  # reads the head's table: no second copy
     vocab, hidden = ref.lm_head.weight.shape
     saved = weight_bytes(plain) - weight_bytes(model)
-    # fp32 table (4 bytes) -> int8 (1 byte) plus one fp32 scale per row
-    assert saved == vocab * hidden * 3 - vocab * 4
+    # fp32 table (4 bytes) -> int8 (1 byte) plus one fp32 scale per 32 values of a row
+    assert model.lm_head.group_size == 32
+    assert saved == vocab * hidden * 3 - vocab * (hidden // 32) * 4
 
     # a looked-up row is the dequantized head row
     ids = torch.tensor([[5, 17, 300]])
     rows = emb(ids)
-    expect = model.lm_head.weight[ids].float() * model.lm_head.weight_scale[ids, None]
+    scale = model.lm_head.weight_scale[ids].repeat_interleave(32, -1)
+    expect = model.lm_head.weight[ids].float() * scale
     assert torch.equal(rows, expect)
 
     lf, lq, lp = _logits(ref, probe_ids), _logits(model, probe_ids), _logits(plain, probe_ids)
@@ -68,8 +71,8 @@ def test_native_round_trip_and_serving(stories_dir, tmp_path, probe_ids):
         io.load_quantized_model(out, device="npu")
     back = io.load_quantized_model(out)
     assert back.npu_quant.int8_head["tied"]
-    # the head reads int16 rows per token (its input is the final norm's), before and after
-    assert model.lm_head.act_rows == back.lm_head.act_rows == "token"
+    # the head keeps its scales per 32 values of a row, before and after
+    assert model.lm_head.group_size == back.lm_head.group_size == 32
     assert model.model.layers[0].mlp.down_proj.act_rows == "block"
     assert isinstance(back.get_input_embeddings(), QuantEmbedding)
     assert torch.allclose(_logits(model, probe_ids), _logits(back, probe_ids), atol=1e-4)

@@ -71,7 +71,7 @@ def test_auto_native_writes_an_int8_head_that_loads_and_generates(demo_model_dir
     assert d["int8_head_layers"]["tied"] is True
     meta = json.loads((out / "npu_quant.json").read_text())
     assert meta["int8_head"] == {"head": "lm_head", "embedding": "model.embed_tokens",
-                                 "tied": True}
+                                 "tied": True, "group": 32}
     # the int8 head alone, measured on the held-out text
     cost = res.head_cost
     assert cost is not None and cost.tokens > 100
@@ -102,7 +102,7 @@ def test_head_cost_is_zero_when_both_heads_are_the_same(stories_dir):
     float_table = loaded.model.get_output_embeddings().weight
     quantize_model(loaded.model, QuantConfig(method="w8a16", int8_head=True))
     head = loaded.model.lm_head
-    own = head.weight.float() * head.weight_scale[:, None]
+    own = head.dequantized_weight()
     ids = loaded.tokenizer("\n".join(sampled_text(stories_dir, 1, 2, 120)),
                            add_special_tokens=False).input_ids[:300]
     same = measure_head_cost(loaded.model, own, ids, window=128)

@@ -141,7 +141,11 @@ def weight_bytes(model: Any) -> int:
 
     for m in model.modules():
         if isinstance(m, QuantLinear) and m.weight.numel() == 0:
-            total += m.in_features * m.out_features  # its packed int8 copy
+            packed = getattr(m, "packed", None)
+            if packed is not None:  # the packed copy holds the int8 weight and its scales
+                total += packed.weight.nbytes + packed.scale.nbytes
+            else:
+                total += m.in_features * m.out_features  # another backend's int8 copy
     return total
 
 

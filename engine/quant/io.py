@@ -298,12 +298,14 @@ def _install_head(model: Any, head: dict, dtype: torch.dtype) -> None:
     from .qlinear import QuantEmbedding
 
     qhead = model.get_submodule(head["head"])
-    qhead.act_rows = "token"  # as engine.quant.apply.quantize_head made it
+    group = int(head.get("group", 0))  # written before 2026-12-05: per row
+    if not group:
+        qhead.act_rows = "token"  # as engine.quant.apply.quantize_head made it
     emb = model.get_submodule(head["embedding"])
     scale = embedding_scale(emb) or 1.0  # Gemma's sqrt(hidden): the architecture's, not saved
     set_module(model, head["embedding"], QuantEmbedding.tied(qhead, scale) if head["tied"]
                else QuantEmbedding(emb.num_embeddings, emb.embedding_dim, dtype,
-                                   embed_scale=scale))
+                                   embed_scale=scale, group=group))
 
 
 def _finish(model: Any, tensors: dict[str, torch.Tensor], info: QuantInfo, device: str) -> Any:

