@@ -94,6 +94,11 @@ def test_a_cut_file_is_refused_with_where_it_ends(tmp_path):
             read_index(part)
         with pytest.raises(GgufError, match="(truncated|not a GGUF)"):
             read_header(part)
+    # counts the rest of the file cannot hold are refused before anything is allocated
+    huge = tmp_path / "huge.gguf"
+    huge.write_bytes(whole[:8] + (2**40).to_bytes(8, "little") + whole[16:])
+    with pytest.raises(GgufIndexError, match="cannot fit"):
+        read_index(huge)
     bad = tmp_path / "v9.gguf"
     bad.write_bytes(whole[:4] + (9).to_bytes(4, "little") + whole[8:])
     with pytest.raises(GgufIndexError, match="version 9"):

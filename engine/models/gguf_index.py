@@ -98,8 +98,16 @@ class _Cursor:
             raise GgufIndexError(f"unknown value type {vtype} at byte {self.pos:,}")
         return self.take(fmt)
 
+    def room_for(self, count: int, min_bytes: int, what: str) -> None:
+        """Refuse a count the rest of the file cannot hold: a hostile header must not make
+        the reader allocate for billions of entries before it reaches the file's end."""
+        if count * min_bytes > len(self.buf) - self.pos:
+            raise GgufIndexError(f"{count:,} {what} at byte {self.pos:,} cannot fit in the "
+                                 "rest of the file")
+
     def array(self) -> Any:
         etype, count = self.take("<I"), self.take("<Q")
+        self.room_for(count, 8 if etype == _STRING else 1, "array values")
         if etype in _NUMPY:
             dtype = np.dtype(_NUMPY[etype])
             end = self.pos + count * dtype.itemsize
@@ -134,6 +142,8 @@ def read_index(path: str | Path) -> GgufIndex:
             if version not in (2, 3):
                 raise GgufIndexError(f"GGUF version {version} (this reader knows 2 and 3)")
             n_tensors, n_kv = cur.take("<Q"), cur.take("<Q")
+            cur.room_for(n_kv, 12, "metadata values")  # a key's length and a type at least
+            cur.room_for(n_tensors, 24, "tensor records")  # name length, dims, type, offset
             fields: dict[str, Any] = {}
             for _ in range(n_kv):
                 key = cur.string()
