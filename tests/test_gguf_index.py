@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from support.gguf import write_model_gguf
+from support.gguf import count_gguf_reads, write_model_gguf
 from support.models import tiny
 
 
@@ -111,15 +111,7 @@ def test_the_config_is_read_from_the_file_once(tmp_path, monkeypatch):
     from transformers import AutoConfig
 
     monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path / "cache"))
-    parses = []
-    real = AutoConfig.from_pretrained.__func__
-
-    def counting(cls, name, *args, **kwargs):
-        if kwargs.get("gguf_file"):
-            parses.append(kwargs["gguf_file"])
-        return real(cls, name, *args, **kwargs)
-
-    monkeypatch.setattr(AutoConfig, "from_pretrained", classmethod(counting))
+    parses = count_gguf_reads(monkeypatch, AutoConfig)
     path = write_model_gguf(tiny("gemma3").model, tmp_path / "g.gguf", "Q8_0")
     first = load_config(path)
     assert parses == ["g.gguf"] and (gguf.config_dir(path) / gguf.BUILT_MARKER).is_file()

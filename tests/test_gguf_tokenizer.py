@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from support.gguf import write_model_gguf
+from support.gguf import count_gguf_reads, write_model_gguf
 from support.models import tiny
 
 
@@ -16,16 +16,7 @@ def builds(monkeypatch):
     """Counts the tokenizers transformers builds from a GGUF file (the slow path)."""
     from transformers import AutoTokenizer
 
-    made = []
-    real = AutoTokenizer.from_pretrained.__func__
-
-    def counting(cls, name, *args, **kwargs):
-        if kwargs.get("gguf_file"):
-            made.append(kwargs["gguf_file"])
-        return real(cls, name, *args, **kwargs)
-
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(counting))
-    return made
+    return count_gguf_reads(monkeypatch, AutoTokenizer)
 
 
 def test_the_tokenizer_is_built_once_and_read_back_the_same(tmp_path, monkeypatch, builds):

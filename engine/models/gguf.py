@@ -10,10 +10,14 @@ Its summary is also cached beside the converted weights, keyed like them (cache_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths
@@ -86,6 +90,24 @@ def kept_folder(folder: Path) -> Path | None:
     if (folder / BUILT_MARKER).is_file() and not cache_problem() and not entry_untrusted(folder):
         return folder
     return None
+
+
+def keep(final: Path, write: Callable[[Path], None], source: Path) -> None:
+    """Write a cache folder whole or not at all: `write` fills a temporary folder, which then
+    takes `final`'s name with a done-marker naming the GGUF it was built from."""
+    if cache_problem():  # a cache this user does not own alone: build each time, keep nothing
+        return
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        write(tmp)
+        (tmp / BUILT_MARKER).write_text(str(source), encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)  # an untrusted or half-made one
+        with contextlib.suppress(OSError):  # another process made it meanwhile: theirs stands
+            os.rename(tmp, final)
+    except OSError:
+        pass  # a read-only or full cache: the result still works, it is just not kept
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cache_problem() -> str | None:

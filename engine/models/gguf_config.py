@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from . import gguf
-from .gguf_tokenizer import keep
 
 
 def load_config(path: Path) -> Any:
@@ -25,5 +24,5 @@ def load_config(path: Path) -> Any:
             config._name_or_path = str(path.parent)  # as read from the file: not the cache
             return config
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    keep(gguf.config_dir(path), lambda d: config.save_pretrained(str(d)), path)
+    gguf.keep(gguf.config_dir(path), lambda d: config.save_pretrained(str(d)), path)
     return config

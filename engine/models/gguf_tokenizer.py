@@ -7,10 +7,6 @@ one) and read back in well under a second; a finished float conversion's own cop
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +21,6 @@ def cached_copy(path: Path) -> Path | None:
     return converted_folder(path) or gguf.kept_tokenizer(path)
 
 
-def keep(final: Path, write: Callable[[Path], None], source: Path) -> None:
-    """Write a cache folder whole or not at all: `write` fills a temporary folder, which then
-    takes `final`'s name with a done-marker naming the GGUF it was built from."""
-    if gguf.cache_problem():  # a cache this user does not own alone: build each time, keep nothing
-        return
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        write(tmp)
-        (tmp / gguf.BUILT_MARKER).write_text(str(source), encoding="utf-8")
-        shutil.rmtree(final, ignore_errors=True)  # an untrusted or half-made one
-        with contextlib.suppress(OSError):  # another process made it meanwhile: theirs stands
-            os.rename(tmp, final)
-    except OSError:
-        pass  # a read-only or full cache: the result still works, it is just not kept
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def load_tokenizer(path: Path) -> Any:
     """The tokenizer of the GGUF file `path`, from the cache when it was built before."""
     from transformers import AutoTokenizer
@@ -53,5 +31,5 @@ def load_tokenizer(path: Path) -> Any:
         with contextlib.suppress(OSError, ValueError):
             return AutoTokenizer.from_pretrained(str(folder))
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    keep(gguf.tokenizer_dir(path), lambda d: tokenizer.save_pretrained(str(d)), path)
+    gguf.keep(gguf.tokenizer_dir(path), lambda d: tokenizer.save_pretrained(str(d)), path)
     return tokenizer

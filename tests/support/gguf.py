@@ -107,3 +107,19 @@ def write_model_gguf(model, path: Path, matrices: str = "F32") -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def count_gguf_reads(monkeypatch, auto_class) -> list[str]:
+    """Patch `auto_class.from_pretrained` (AutoTokenizer, AutoConfig) to record the name of
+    each GGUF file it is asked to read from the file itself (the slow path); the list fills
+    as the test runs."""
+    made: list[str] = []
+    real = auto_class.from_pretrained.__func__
+
+    def counting(cls, name, *args, **kwargs):
+        if kwargs.get("gguf_file"):
+            made.append(kwargs["gguf_file"])
+        return real(cls, name, *args, **kwargs)
+
+    monkeypatch.setattr(auto_class, "from_pretrained", classmethod(counting))
+    return made
