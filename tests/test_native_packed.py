@@ -114,3 +114,20 @@ def test_rows_read_from_the_packed_copy_are_the_plain_rows():
     ids = torch.tensor([[0, 36, 17], [15, 16, 31]])
     q, s = packed.rows(ids)
     assert torch.equal(q, w[ids]) and torch.equal(s, scale[ids])
+
+
+@pytest.mark.parametrize("n,k,group", [(67, 384, 0), (16, 96, 0), (40, 256, 64), (5, 64, 32)])
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 70])
+def test_int8_blocks_by_quads_equal_them_by_pairs(n, k, group, rows):
+    """w8a8-dynamic's int8 blocks multiply four inputs at a time (vpdpbusd on u = q + 128, less
+    128 times each block's weight sum); the W8A16 pair product of the same int8 values gives
+    the same int32 block sums and the same fp32 epilogue, so the floats are equal, not close:
+    any slip in the quad order, the correction or a block's scale shows."""
+    w, scale = _layer(n, k, group, seed=7 * n + rows)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
+    x[:, 5] = 200.0
+    x[0, :32] = -0.01  # a block of small negatives: u near 0
+    packed = packing.pack_w8a16(w, scale, group)
+    quads = packing.w8a16_packed(x, packed, act_int8=True)
+    pairs = packing.w8a16_packed(x, packed, act_int8=True, int8_pairs=True)
+    assert torch.equal(quads, pairs)

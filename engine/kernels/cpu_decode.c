@@ -25,6 +25,7 @@
 /* NPC_W8A8_BLOCK: int8 activations with one scale per block of 32 (cpu_gemm.c blockint8_rows)
  * on the W8A16 block product */
 enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2, NPC_W8A8_BLOCK = 3 };
+enum { NPC_W8A8_BLOCK_U8 = 16 }; /* the scratch's kind for packed NPC_W8A8_BLOCK rows */
 
 typedef struct {
     int32_t kind;      /* NPC_* */
@@ -86,8 +87,8 @@ static void add_bias(float *y, const float *bias, int64_t M, int64_t N) {
 /* Whether the scratch already holds x the way L reads it: `same_x` says the caller passes the
  * rows of the previous product (q/k/v, gate/up read one input), and the previous product
  * quantized them the same way (kind, and for W8A8 the activation scale rule). */
-static int scratch_fits(const i8_scratch_t *s, const npc_linear_t *L, int same_x) {
-    return same_x && s->kind == L->kind && s->k == L->k &&
+static int scratch_fits(const i8_scratch_t *s, const npc_linear_t *L, int kind, int same_x) {
+    return same_x && s->kind == kind && s->k == L->k &&
            (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK ||
             (s->per_token == L->per_token && (L->per_token || s->static_scale == L->static_scale)));
 }
@@ -103,13 +104,25 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         s->kind = -1; /* the scratch no longer holds the input the next product reads */
         return;
     }
-    const int fits = scratch_fits(s, L, same_x);
-    s->kind = L->kind;
+    /* packed w8a8-dynamic layers keep their rows as u8 (pk8_gemm), not int16: another
+     * layout in the scratch, so another kind for the reuse check */
+    const int kind = L->kind == NPC_W8A8_BLOCK && L->packed && NPC_VNNI ? NPC_W8A8_BLOCK_U8
+                                                                         : L->kind;
+    const int fits = scratch_fits(s, L, kind, same_x);
+    s->kind = kind;
     s->k = K;
     s->per_token = L->per_token;
     s->static_scale = L->static_scale;
     if (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK) {
         const int64_t ldq = blockfloat_ld(K);
+#if NPC_VNNI
+        if (kind == NPC_W8A8_BLOCK_U8) {
+            if (!fits) blockint8_rows_u8(x, M, K, (uint8_t *)s->q, s->sx);
+            pk8_gemm((const uint8_t *)s->q, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
+                     L->bias, y, M, N, K, nthreads);
+            return;
+        }
+#endif
         if (!fits)
             (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
 #if NPC_VNNI

@@ -119,17 +119,20 @@ def pack_w8a16(w: torch.Tensor, scale: torch.Tensor, group: int,
     return PackedW8A16(wp, sp, group, n, k)
 
 
-def w8a16_packed(x: torch.Tensor, p: PackedW8A16, act_int8: bool = False) -> torch.Tensor:
+def w8a16_packed(x: torch.Tensor, p: PackedW8A16, act_int8: bool = False,
+                 int8_pairs: bool = False) -> torch.Tensor:
     """fp32 (M, K) x the packed weight -> fp32 (M, N), the activations as 16-bit block
     floating point (W8A16) or, with act_int8, int8 per block of 32 (w8a8-dynamic's blocks):
     the same products as the row-major kernels (native.w8a16, native.w8a8_blocks), summed in
-    another order."""
+    another order. int8 blocks multiply four at a time (vpdpbusd); int8_pairs takes the W8A16
+    pair product for them instead, which gives the same floats (to compare the two)."""
     x = x.contiguous()
     m = x.shape[0]
     y = torch.empty(m, p.out_features, dtype=torch.float32)
     if m:
         _check(library().npc_w8a16_packed(x.data_ptr(), p.weight.data_ptr(), p.scale.data_ptr(),
-                                          p.group, int(act_int8), y.data_ptr(), m,
+                                          p.group, (2 if int8_pairs else 1) if act_int8 else 0,
+                                          y.data_ptr(), m,
                                           p.out_features, p.in_features,
                                           torch.get_num_threads()),
                m, p.in_features, p.group)
