@@ -73,6 +73,38 @@ def test_an_fp16_kv_cache_runs_natively_like_the_pytorch_loop(family):
         assert_same_choice(a, f, tol)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (8, 2), (12, 2), (4, 4)])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_query_heads_that_share_a_kv_head_attend_together_like_the_pytorch_loop(
+        heads, kv_heads, kv_dtype):
+    """Attention takes a KV head's query heads together (cpu_decode.c attention: each key and
+    value row loaded once for up to four of them, AVX-512 builds; more in several passes) when
+    the batch has enough KV heads to share the threads, else one head at a time: groups of 3,
+    4, 6 and 1 at head size 64 (the vector paths, not the scalar tail), a sliding window
+    shorter than the prompts, against the PyTorch loop; and a lone sequence (one head a task)
+    agrees with its row of the batch."""
+    model = tiny("mistral", hidden_size=64 * heads, num_attention_heads=heads,
+                 num_key_value_heads=kv_heads, intermediate_size=128, sliding_window=24).model
+    out, native, _ = decode_both(model, kv_dtype=kv_dtype)
+    for a, b in out:
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+        assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
+    alone = BatchedRunner(model, num_slots=8, max_len=96, kv_dtype=kv_dtype)
+    seq = RunnerSeq(list(range(3, 43)), 0)  # 40 tokens: past the window
+    with torch.inference_mode():
+        alone.execute([ScheduledSeq(seq, 0, len(seq.ids))], 0)
+        seq.ids.append(7)
+        lone = alone.execute([ScheduledSeq(seq, len(seq.ids) - 1, 1)], 1)
+        ref = BatchedRunner(model, num_slots=8, max_len=96, linear_kernels="torch",
+                            kv_dtype=kv_dtype)
+        twin = RunnerSeq(list(seq.ids[:-1]), 0)
+        ref.execute([ScheduledSeq(twin, 0, len(twin.ids))], 0)
+        twin.ids.append(7)
+        want = ref.execute([ScheduledSeq(twin, len(twin.ids) - 1, 1)], 1)
+    assert alone.decode_plan is not None
+    assert torch.allclose(lone, want, rtol=1e-4, atol=1e-4), (lone - want).abs().max()
+
+
 def _fp32_kv_bytes(runner) -> int:
     return 2 * runner.kv.k.numel() * 4
 

@@ -274,48 +274,74 @@ static inline void kv_put(void *c, int64_t i, float x, const int half) {
 #endif
 }
 
-/* p[j] = scaling * (q . k_j) for j < len, keys hd apart from element k0 of the cache; four
- * keys per pass share one horizontal sum */
+/* Cache rows are asked for PF_ROWS rows ahead of their use: at long context attention streams
+ * them from memory, and with the prefetch a batch-8 step of SmolLM2 at 800 positions took
+ * 20-30 % less time (docs/benchmarks.md, "Attention at long context"). A prefetch past the
+ * cache's end reads nothing and faults nothing. */
+#define PF_ROWS 16
+static inline __attribute__((always_inline)) void kv_prefetch(const void *c, int64_t i,
+                                                              int64_t n, const int half) {
+    const char *b = (const char *)c + (half ? 2 : 4) * i;
+    for (int64_t o = 0; o < (half ? 2 : 4) * n; o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
+}
+
+/* Query heads per pass over their KV head's keys and values (grouped-query attention: every
+ * head of a group reads the same cache rows): each key and value vector is loaded once for all
+ * of them, where one head per pass loaded it once per head, two loads per multiply-add.
+ * Bounded by register room: 16 vector registers, or 32 with AVX-512. */
+#if defined(__AVX512F__)
+#define ATT_GH 4
+#else
+#define ATT_GH 2
+#endif
+
+/* p[h * ldp + j] = scaling * (q_h . k_j) for gh heads (hd apart in q) and j < len, keys hd
+ * apart from element k0 of the cache; four keys per pass share one horizontal sum per head.
+ * Each head's sums run in the same order whatever gh is. */
 static inline __attribute__((always_inline)) void
 scores_kv(const float *q, const void *k, int64_t k0, int64_t len, int64_t hd, float scaling,
-          float *p, const int half) {
+          float *p, int64_t ldp, const int gh, const int half) {
     int64_t j = 0;
     if ((hd & 7) == 0) {
         const __m128 sc = _mm_set1_ps(scaling);
         for (; j + 4 <= len; j += 4) {
             const int64_t r = k0 + j * hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            kv_prefetch(k, r + PF_ROWS * hd, 4 * hd, half);
+            __m256 a[ATT_GH][4];
+            for (int h = 0; h < gh; h++)
+                for (int c = 0; c < 4; c++) a[h][c] = _mm256_setzero_ps();
             for (int64_t i = 0; i < hd; i += 8) {
-                const __m256 qv = _mm256_loadu_ps(q + i);
-                a0 = _mm256_fmadd_ps(qv, kv_load8(k, r + i, half), a0);
-                a1 = _mm256_fmadd_ps(qv, kv_load8(k, r + hd + i, half), a1);
-                a2 = _mm256_fmadd_ps(qv, kv_load8(k, r + 2 * hd + i, half), a2);
-                a3 = _mm256_fmadd_ps(qv, kv_load8(k, r + 3 * hd + i, half), a3);
+                const __m256 k0v = kv_load8(k, r + i, half), k1v = kv_load8(k, r + hd + i, half),
+                             k2v = kv_load8(k, r + 2 * hd + i, half),
+                             k3v = kv_load8(k, r + 3 * hd + i, half);
+                for (int h = 0; h < gh; h++) {
+                    const __m256 qv = _mm256_loadu_ps(q + h * hd + i);
+                    a[h][0] = _mm256_fmadd_ps(qv, k0v, a[h][0]);
+                    a[h][1] = _mm256_fmadd_ps(qv, k1v, a[h][1]);
+                    a[h][2] = _mm256_fmadd_ps(qv, k2v, a[h][2]);
+                    a[h][3] = _mm256_fmadd_ps(qv, k3v, a[h][3]);
+                }
             }
-            _mm_storeu_ps(p + j, _mm_mul_ps(hsum4_ps(a0, a1, a2, a3), sc));
+            for (int h = 0; h < gh; h++)
+                _mm_storeu_ps(p + h * ldp + j,
+                              _mm_mul_ps(hsum4_ps(a[h][0], a[h][1], a[h][2], a[h][3]), sc));
         }
     }
-    for (; j < len; j++) {
-        if (!half) {
-            p[j] = dot(q, (const float *)k + k0 + j * hd, hd) * scaling;
-            continue;
+    for (; j < len; j++)
+        for (int h = 0; h < gh; h++) {
+            const float *qh = q + h * hd;
+            if (!half) {
+                p[h * ldp + j] = dot(qh, (const float *)k + k0 + j * hd, hd) * scaling;
+                continue;
+            }
+            float s = 0.0f;
+            for (int64_t i = 0; i < hd; i++) s += qh[i] * kv_at(k, k0 + j * hd + i, 1);
+            p[h * ldp + j] = s * scaling;
         }
-        float s = 0.0f;
-        for (int64_t i = 0; i < hd; i++) s += q[i] * kv_at(k, k0 + j * hd + i, 1);
-        p[j] = s * scaling;
-    }
 }
 
-static void scores(const float *q, const void *k, int64_t k0, int64_t len, int64_t hd,
-                   float scaling, float *p, int half) {
-    if (half)
-        scores_kv(q, k, k0, len, hd, scaling, p, 1);
-    else
-        scores_kv(q, k, k0, len, hd, scaling, p, 0);
-}
-
-/* p[j] = e^(p[j] - max p), returns their sum */
-static float softmax_numerators(float *p, int64_t len) {
+/* p[j] = e^(p[j] - max p) / (their sum): the attention weights */
+static void softmax(float *p, int64_t len) {
     float mx = -INFINITY;
     for (int64_t j = 0; j < len; j++)
         if (p[j] > mx) mx = p[j];
@@ -332,39 +358,103 @@ static float softmax_numerators(float *p, int64_t len) {
         p[j] = expf(p[j] - mx);
         sum += p[j];
     }
-    return sum;
+    /* divided once here, not once per value row and head in weighted_values: the same
+     * correctly rounded quotients */
+    const __m256 vsum = _mm256_set1_ps(sum);
+    for (j = 0; j + 8 <= len; j += 8)
+        _mm256_storeu_ps(p + j, _mm256_div_ps(_mm256_loadu_ps(p + j), vsum));
+    for (; j < len; j++) p[j] = p[j] / sum;
 }
 
-/* o = sum_j (p[j] / sum) v_j over hd values; 64 outputs at a time stay in registers while
- * the values stream past */
+/* o[h * hd + i] = sum_j p[h * ldp + j] v_j[i] for gh heads (their weights from softmax);
+ * 64 outputs of every head stay in registers while the value rows stream past once, front to
+ * back (two passes over half rows each measured slower: the rows come from memory at long
+ * context, and strided halves defeat the prefetcher). With AVX-512 the 64 are four 512-bit
+ * registers per head, so ATT_GH heads fit; with AVX2, eight 256-bit ones, so one head a pass.
+ * Each output is summed over j in order in every variant: the same floats. */
+#if defined(__AVX512F__)
+static inline __attribute__((always_inline)) __m512 kv_load16(const void *c, int64_t i,
+                                                             const int half) {
+    if (!half) return _mm512_loadu_ps((const float *)c + i);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)c + i)));
+}
+#define WV_GH ATT_GH
+#else
+#define WV_GH 1
+#endif
+
 static inline __attribute__((always_inline)) void
-weighted_values_kv(const float *p, float sum, const void *v, int64_t v0, int64_t len,
-                   int64_t hd, float *o, const int half) {
+weighted_values_kv(const float *p, int64_t ldp, const void *v, int64_t v0, int64_t len,
+                   int64_t hd, float *o, const int gh, const int half) {
     int64_t i0 = 0;
-    for (; i0 + 64 <= hd; i0 += 64) {
-        __m256 acc[8];
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < len; j++) {
-            const __m256 wv = _mm256_set1_ps(p[j] / sum);
-            const int64_t r = v0 + j * hd + i0;
-            for (int c = 0; c < 8; c++)
-                acc[c] = _mm256_fmadd_ps(wv, kv_load8(v, r + 8 * c, half), acc[c]);
+    for (int h1 = 0; h1 < gh; h1 += WV_GH) {
+        const int n = gh - h1 < WV_GH ? gh - h1 : WV_GH;
+        (void)n; /* one head a pass without AVX-512 */
+        const float *ph = p + h1 * ldp;
+        float *oh = o + h1 * hd;
+        for (i0 = 0; i0 + 64 <= hd; i0 += 64) {
+#if defined(__AVX512F__)
+            __m512 acc[WV_GH][4];
+            for (int h = 0; h < n; h++)
+                for (int c = 0; c < 4; c++) acc[h][c] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < len; j++) {
+                __m512 wv[WV_GH];
+                for (int h = 0; h < n; h++) wv[h] = _mm512_set1_ps(ph[h * ldp + j]);
+                const int64_t r = v0 + j * hd + i0;
+                kv_prefetch(v, r + PF_ROWS * hd, 64, half);
+                for (int c = 0; c < 4; c++) {
+                    const __m512 vv = kv_load16(v, r + 16 * c, half);
+                    for (int h = 0; h < n; h++) acc[h][c] = _mm512_fmadd_ps(wv[h], vv, acc[h][c]);
+                }
+            }
+            for (int h = 0; h < n; h++)
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(oh + h * hd + i0 + 16 * c, acc[h][c]);
+#else
+            __m256 acc[8];
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+            for (int64_t j = 0; j < len; j++) {
+                const __m256 wv = _mm256_set1_ps(ph[j]);
+                const int64_t r = v0 + j * hd + i0;
+                kv_prefetch(v, r + PF_ROWS * hd, 64, half);
+                for (int c = 0; c < 8; c++)
+                    acc[c] = _mm256_fmadd_ps(wv, kv_load8(v, r + 8 * c, half), acc[c]);
+            }
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(oh + i0 + 8 * c, acc[c]);
+#endif
         }
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + i0 + 8 * c, acc[c]);
     }
-    for (int64_t i = i0; i < hd; i++) o[i] = 0.0f;
-    for (int64_t j = 0; j < len && i0 < hd; j++) {
-        const float w = p[j] / sum;
-        for (int64_t i = i0; i < hd; i++) o[i] += w * kv_at(v, v0 + j * hd + i, half);
+    for (int h = 0; h < gh; h++) {
+        float *oh = o + h * hd;
+        for (int64_t i = i0; i < hd; i++) oh[i] = 0.0f;
+        for (int64_t j = 0; j < len && i0 < hd; j++) {
+            const float w = p[h * ldp + j];
+            for (int64_t i = i0; i < hd; i++) oh[i] += w * kv_at(v, v0 + j * hd + i, half);
+        }
     }
 }
 
-static void weighted_values(const float *p, float sum, const void *v, int64_t v0, int64_t len,
-                            int64_t hd, float *o, int half) {
-    if (half)
-        weighted_values_kv(p, sum, v, v0, len, hd, o, 1);
-    else
-        weighted_values_kv(p, sum, v, v0, len, hd, o, 0);
+#define ATT_CASE(n)                                                                           \
+    case n:                                                                                   \
+        if (half) {                                                                           \
+            if (values) weighted_values_kv(p, ldp, c, c0, len, hd, o, n, 1);                   \
+            else scores_kv(q, c, c0, len, hd, scaling, p, ldp, n, 1);                          \
+        } else {                                                                              \
+            if (values) weighted_values_kv(p, ldp, c, c0, len, hd, o, n, 0);                   \
+            else scores_kv(q, c, c0, len, hd, scaling, p, ldp, n, 0);                          \
+        }                                                                                     \
+        break;
+
+/* scores (values 0: q -> p) or weighted values (values 1: p -> o) of gh <= ATT_GH heads */
+static void attend(int values, const float *q, const void *c, int64_t c0, int64_t len,
+                   int64_t hd, float scaling, float *p, int64_t ldp, float *o, int gh, int half) {
+    switch (gh) {
+        ATT_CASE(1)
+        ATT_CASE(2)
+#if ATT_GH > 2
+        ATT_CASE(3)
+        ATT_CASE(4)
+#endif
+    }
 }
 
 /* p[j] = tanh(p[j] / cap) * cap over n values; the last partial 8 through a padded copy, so
@@ -390,21 +480,30 @@ static void attention(const npc_model_t *md, const npc_layer_t *L, const float *
                       int nthreads) {
     const int64_t nh = md->heads, kvh = md->kv_heads, hd = md->head_dim, ml = md->max_len;
     const int64_t group = nh / kvh;
+    /* a task is a KV head's whole group of query heads when there are enough of them to share
+     * the threads evenly, else one query head (a batch-1 step of a model with few KV heads) */
+    const int64_t per = M * kvh >= 4 * nthreads ? group : 1, tasks = M * nh / per;
     const float cap = md->softcap;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && M * nh > 1)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && tasks > 1)
     {
-        float *p = p_all + (int64_t)omp_get_thread_num() * ml;
+        float *p = p_all + (int64_t)omp_get_thread_num() * ATT_GH * ml;
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < M * nh; t++) {
-            const int64_t m = t / nh, h = t % nh, g = h / group;
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t m = t / (nh / per), h0 = t % (nh / per) * per, g = h0 / group;
             const int64_t first = L->window && pos[m] + 1 > L->window ? pos[m] + 1 - L->window : 0;
             const int64_t len = pos[m] + 1 - first;
             const int64_t base = ((slots[m] * kvh + g) * ml + first) * hd;
-            scores(q + (m * nh + h) * hd, L->kc, base, len, hd, md->scaling, p, md->kv_half);
-            if (cap > 0.0f) soft_cap(p, len, cap);
-            const float sum = softmax_numerators(p, len);
-            weighted_values(p, sum, L->vc, base, len, hd, out + (m * nh + h) * hd,
-                            md->kv_half);
+            for (int64_t h = h0; h < h0 + per; h += ATT_GH) {
+                const int gh = (int)(h0 + per - h < ATT_GH ? h0 + per - h : ATT_GH);
+                attend(0, q + (m * nh + h) * hd, L->kc, base, len, hd, md->scaling, p, ml, NULL,
+                       gh, md->kv_half);
+                for (int i = 0; i < gh; i++) {
+                    if (cap > 0.0f) soft_cap(p + i * ml, len, cap);
+                    softmax(p + i * ml, len);
+                }
+                attend(1, NULL, L->vc, base, len, hd, 0.0f, p, ml, out + (m * nh + h) * hd, gh,
+                       md->kv_half);
+            }
         }
     }
 }
@@ -468,7 +567,7 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
                                    + M * nh * hd * 2  /* q, attention output */
                                    + M * kvh * hd * 2 /* k, v */
                                    + M * wide * 2     /* products out, up */
-                                   + (int64_t)nt * ml /* attention probabilities */
+                                   + (int64_t)nt * ATT_GH * ml /* attention weights */
                                    + M * (ldq / QB + 1)); /* int8 rows' scales */
     float *buf = (float *)malloc(floats * sizeof(float));
     int16_t *q16 = (int16_t *)malloc((size_t)(M * ldq) * sizeof(int16_t));
@@ -479,7 +578,7 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
     }
     float *x = buf, *q = x + M * H, *att = q + M * nh * hd, *k = att + M * nh * hd,
           *v = k + M * kvh * hd, *y = v + M * kvh * hd, *u = y + M * wide, *p = u + M * wide,
-          *sx = p + (int64_t)nt * ml;
+          *sx = p + (int64_t)nt * ATT_GH * ml;
     i8_scratch_t s = {q16, sx, -1, 0, 0, 0.0f};
 
     for (int li = 0; li < md->n_layers; li++) {

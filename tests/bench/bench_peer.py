@@ -75,13 +75,18 @@ def to_gguf(model: Path, llama_bin: Path, work: Path) -> Path:
     return out
 
 
-def llama_decode(bin_dir: Path, q8: Path, batch: int, n: int, threads: int) -> float:
-    if batch == 1:
-        out = run([bin_dir / "llama-bench", "-m", q8, "-t", threads, "-p", 0, "-n", n, "-r", 1,
-                   "-o", "jsonl"])
+def llama_decode(bin_dir: Path, q8: Path, batch: int, n: int, threads: int,
+                 context: int = 32) -> float:
+    """llama.cpp's decode tokens/s of `batch` sequences after `context` prompt tokens each (its
+    default KV cache: f16)"""
+    if batch == 1:  # -d: the generation runs after that many tokens in the cache
+        depth = ["-d", context] if context > 32 else []
+        out = run([bin_dir / "llama-bench", "-m", q8, "-t", threads, "-p", 0, "-n", n, *depth,
+                   "-r", 1, "-o", "jsonl"])
         return float(json.loads(out.strip().splitlines()[-1])["avg_ts"])
-    out = run([bin_dir / "llama-batched-bench", "-m", q8, "-t", threads, "-c", 4096, "-b", 512,
-               "-ub", 512, "-npp", 32, "-ntg", n, "-npl", batch, "--output-format", "jsonl"])
+    ctx = max(4096, batch * (context + n) + 64)
+    out = run([bin_dir / "llama-batched-bench", "-m", q8, "-t", threads, "-c", ctx, "-b", 512,
+               "-ub", 512, "-npp", context, "-ntg", n, "-npl", batch, "--output-format", "jsonl"])
     rows = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
     return float(rows[-1]["speed_tg"])
 
@@ -97,11 +102,12 @@ LOAD_INT8 = "load-int8"
 
 
 def ours(model: Path, quant: str, batch: int, input_len: int, output_len: int,
-         threads: int) -> dict:
+         threads: int, kv_dtype: str = "auto") -> dict:
     how = ["--load-as", "int8"] if quant == LOAD_INT8 else ["--quant", quant]
     out = run([sys.executable, "-m", "npu_console.cli.main", "bench", "offline", "--model", model,
                *how, "--batch-sizes", batch, "--input-len", input_len,
-               "--output-len", output_len, "--threads", threads, "--json"])
+               "--output-len", output_len, "--threads", threads, "--kv-dtype", kv_dtype,
+               "--json"])
     return json.loads(out)["batches"][0]
 
 
@@ -130,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,8,16")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prefill", type=int, default=512)
+    p.add_argument("--context", type=int, default=32,
+                   help="prompt tokens of each sequence before the decode runs (attention reads "
+                        "them every step)")
+    p.add_argument("--kv-dtype", default="auto",
+                   help="our KV cache (llama.cpp keeps its default, f16)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--append-docs", type=Path, default=None)
@@ -165,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for b in batches:
                 samples.setdefault(("llama.cpp Q8_0", b), []).append(
-                    llama_decode(args.llama_bin, q8, b, args.new_tokens, args.threads))
+                    llama_decode(args.llama_bin, q8, b, args.new_tokens, args.threads,
+                                 args.context))
                 for v in variants:
-                    row = ours(ours_model, v, b, 32, args.new_tokens, args.threads)
+                    row = ours(ours_model, v, b, args.context, args.new_tokens, args.threads,
+                               args.kv_dtype)
                     samples.setdefault((v, b), []).append(row["decode_tokens_per_s"])
             samples.setdefault(("llama.cpp Q8_0", "prefill"), []).append(
                 llama_prefill(args.llama_bin, q8, args.prefill, args.threads))
@@ -194,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     source = (f"--random-shape {args.random_shape} --seed {args.seed}" if args.random_shape
               else f"--model {args.model}")
+    extra = (f" --context {args.context}" if args.context != 32 else "") + (
+        f" --kv-dtype {args.kv_dtype}" if args.kv_dtype != "auto" else "")
     header = (f"`python tests/bench/bench_peer.py {source} --rounds {args.rounds} "
-              f"--variants {args.variants}` ({time.strftime('%Y-%m-%d %H:%M')}, "
+              f"--variants {args.variants}{extra}` ({time.strftime('%Y-%m-%d %H:%M')}, "
               f"{args.threads} threads; CPU flags: {' '.join(flags)}; medians of "
               f"{args.rounds} interleaved rounds, ratios vs llama.cpp Q8_0 of the same file)")
     print(header)
