@@ -85,7 +85,7 @@ def test_query_heads_that_share_a_kv_head_attend_together_like_the_pytorch_loop(
     agrees with its row of the batch."""
     model = tiny("mistral", hidden_size=64 * heads, num_attention_heads=heads,
                  num_key_value_heads=kv_heads, intermediate_size=128, sliding_window=24).model
-    out, native, _ = decode_both(model, kv_dtype=kv_dtype)
+    out, _, _ = decode_both(model, kv_dtype=kv_dtype)
     for a, b in out:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
         assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
