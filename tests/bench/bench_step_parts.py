@@ -33,13 +33,15 @@ def main() -> int:
     ap.add_argument("--pos", type=int, default=48)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-dtype", default="auto", help="the KV cache: auto (fp32 on CPU), float16")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu", dtype="float32")
     if args.quant != "none":
         loaded, _ = _quantize(loaded, args.quant, None, threading.Event())
     batches = [int(b) for b in args.batch.split(",")]
-    runner = BatchedRunner(loaded.model, num_slots=max(batches), max_len=args.pos + 8)
+    runner = BatchedRunner(loaded.model, num_slots=max(batches), max_len=args.pos + 8,
+                           kv_dtype=args.kv_dtype)
     if runner.decode_plan is None:
         raise SystemExit(f"no native decode step: {runner.decode_plan_reason}")
     plan = runner.decode_plan
@@ -63,6 +65,7 @@ def main() -> int:
                 for k, a, z in zip(parts, t, t[1:]):
                     parts[k].append((z - a) * 1000)
         print(json.dumps({"batch": b, "pos": args.pos, "threads": args.threads,
+                          "kv_dtype": args.kv_dtype,
                           **{k: round(statistics.median(v), 3) for k, v in parts.items()}}))
     return 0
 
