@@ -51,7 +51,7 @@ def register(sub) -> None:
                         "spec sheet on accelerators)")
     o.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
     o.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
-                   help="the KV cache's dtype (auto: float32 on CPU)")
+                   help="the KV cache's dtype (auto: float16 on CPU with the native kernels)")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--out", default=None, metavar="PREFIX",
                    help="write PREFIX.json and PREFIX.csv")

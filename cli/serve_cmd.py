@@ -51,8 +51,9 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads of the engine (default: the engine's choice)")
     p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
-                   help="the KV cache's dtype (auto: float32 on CPU, the model's dtype on "
-                        "accelerators; float16 halves the cache and what attention reads)")
+                   help="the KV cache's dtype (auto: float16 on CPU with the native kernels, the "
+                        "rows read into fp32 to attend, else float32; the model's dtype on "
+                        "accelerators; float32 for bit-exact attention on CPU)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000,
                    help="largest accepted request body (413 above it)")
     p.add_argument("--log-prompts", action="store_true",

@@ -259,7 +259,7 @@ def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: in
     and the headroom against what the device has free."""
     from .devices import default_dtype, get_device
     from .models.folder import inspect_model_folder
-    from .models.memory import GGUF_INT8, estimate_memory, plan_text
+    from .models.memory import GGUF_INT8, estimate_memory, plan_text, planned_kv_dtype
 
     report = inspect_model_folder(Path(path))
     if not report.ok:
@@ -267,13 +267,15 @@ def check_memory_plan(path: str | Path, context: int | None = None, max_seqs: in
     dev = get_device("auto")
     dtype = default_dtype(dev)
     ctx = context or min(report.max_context or 2048, 4096)
+    kv = planned_kv_dtype(dtype, dev.torch_device)
     forms = [(f"as {dtype}", None if not report.quantization else report.quantization)]
     if report.int8_bytes is not None:
         forms.append(("as int8", GGUF_INT8))
     lines, fits = [], []
     for form, quant in forms:
-        est = estimate_memory(report, dtype, context=ctx, max_seqs=max_seqs, quantization=quant)
-        lines.append(plan_text(est, dev.free_memory, dev.label, form, ctx, max_seqs))
+        est = estimate_memory(report, dtype, context=ctx, max_seqs=max_seqs, quantization=quant,
+                              kv_dtype=kv)
+        lines.append(plan_text(est, dev.free_memory, dev.label, form, ctx, max_seqs, kv))
         fits.append(est.total_bytes <= dev.free_memory)
     detail = "; ".join(lines)
     if fits[0]:

@@ -8,6 +8,7 @@ import threading
 import pytest
 from npu_console.engine.bench import OfflineConfig, run_offline_sweep
 from npu_console.engine.bench.hardware import measure_host_bandwidth, spec_bandwidth
+from npu_console.engine.kernels.native import available as native_available
 
 
 def sweep(stories_dir, **kw):
@@ -20,8 +21,9 @@ def sweep(stories_dir, **kw):
 def test_sweep_reports_every_batch_size(stories_dir):
     res = sweep(stories_dir)
     assert [b.batch_size for b in res.batches] == [1, 2] and not res.cancelled
-    # stories260K: 5 layers x 4 KV heads x head_dim 8, K and V, fp32
-    assert res.model["kv_bytes_per_token"] == 2 * 5 * 4 * 8 * 4
+    # stories260K: 5 layers x 4 KV heads x head_dim 8, K and V, in fp16 (the default cache on
+    # CPU with the native kernels) or fp32
+    assert res.model["kv_bytes_per_token"] == 2 * 5 * 4 * 8 * (2 if native_available() else 4)
     for b in res.batches:
         assert b.completed == b.batch_size
         assert b.output_tokens == 8 * b.batch_size and b.input_tokens == 16 * b.batch_size
@@ -29,7 +31,8 @@ def test_sweep_reports_every_batch_size(stories_dir):
         assert b.decode_tokens_per_s == pytest.approx(b.batch_size / (b.tpot_ms_mean / 1000))
         assert 0 < b.ttft_ms_mean < b.wall_s * 1000
         assert b.memory_kind == "rss" and b.peak_memory_bytes > 50 * 2**20
-        step = res.model["decode_weight_bytes"] + b.batch_size * (16 + 4) * 1280
+        step = (res.model["decode_weight_bytes"]
+                + b.batch_size * (16 + 4) * res.model["kv_bytes_per_token"])
         assert b.bytes_per_step == step
         assert b.roofline_tokens_per_s == pytest.approx(b.batch_size * 25e9 / step)
         assert b.bandwidth_share == pytest.approx(b.decode_tokens_per_s /

@@ -196,6 +196,12 @@ def test_a_gguf_launched_in_int8_opens_in_int8_and_float_is_one_choice_away(qapp
         qtbot.waitUntil(lambda: len(host.models()) == 2, timeout=WAIT_MS)
         floats = [m for m in host.models() if m.name == "tiny-float"]
         assert floats and floats[0].quantization is None
+        # the KV cache as the engine holds it, and as the plan counted it: fp16 on this CPU
+        from npu_console.engine.kernels.native import available
+
+        kv = "float16" if available() else "float32"
+        assert all(page.table.item(r, 7).text().endswith(f" ({kv})") for r in range(2))
+        assert f"tokens, {kv})" in page.estimate.text()
         assert page.open_folder(str(demo_model_dir))
         assert page.weights_box.currentData() == "float"
         assert not page.weights_box.model().item(1).isEnabled()

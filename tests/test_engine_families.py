@@ -112,6 +112,7 @@ def test_native_decode_products_keep_greedy_tokens(family):
         res = [h.result(60) for h in hs]
     assert info.linear_kernels == "native"
     assert info.decode_step == "native"  # decode-only steps: one native call (native_decode.py)
+    assert info.kv_dtype == "float16"  # the CPU default with the native kernels: tokens kept
     model = loaded.model
     assert model.lm_head.weight.is_contiguous()  # kept as nn.Linear stores it
     assert not any("forward" in vars(m) for m in model.modules())

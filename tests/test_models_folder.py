@@ -120,6 +120,9 @@ def test_memory_estimate_and_fit(stories_dir):
     assert est.kv_bytes == 2 * 5 * 4 * 8 * 4 * 512 * 4
     half = estimate_memory(report, "bfloat16", context=512)
     assert half.weight_bytes * 2 == est.weight_bytes
+    # float32 weights beside the CPU's default fp16 cache: half the KV bytes, same weights
+    kv16 = estimate_memory(report, "float32", context=512, max_seqs=4, kv_dtype="float16")
+    assert kv16.weight_bytes == est.weight_bytes and kv16.kv_bytes * 2 == est.kv_bytes
     assert fits_message(est, free_bytes=10**12, device_label="cpu") is None
     msg = fits_message(est, free_bytes=1000, device_label="cpu")
     assert msg.startswith("not enough memory") and "cpu" in msg

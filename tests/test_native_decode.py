@@ -177,7 +177,8 @@ def test_a_mixed_step_keeps_the_pytorch_loop_and_results_agree():
         native.execute([ScheduledSeq(other, 0, len(other.ids))], 0)
         mixed = native.execute([ScheduledSeq(other, len(other.ids) - 1, 1),
                                 ScheduledSeq(seq, 0, len(seq.ids))], 1)
-        ref = BatchedRunner(model, num_slots=8, max_len=96, linear_kernels="torch")
+        ref = BatchedRunner(model, num_slots=8, max_len=96, linear_kernels="torch",
+                            kv_dtype="float32")
         ref.execute([ScheduledSeq(other, 0, len(other.ids))], 0)
         expect = ref.execute([ScheduledSeq(other, len(other.ids) - 1, 1),
                               ScheduledSeq(seq, 0, len(seq.ids))], 1)

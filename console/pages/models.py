@@ -94,17 +94,19 @@ class ModelsPage(Page):
         return next((d for d in self.ctx.engine_host.devices if d.torch_device == spec), None)
 
     def update_estimate(self) -> None:
-        from ...engine.models import estimate_memory, fits_message
+        from ...engine.models import estimate_memory, fits_message, planned_kv_dtype
 
         if self.report is None or self.remote.active():  # a server's folder: no estimate
             return
         dtype = self.dtype_box.currentData()
-        est = estimate_memory(self.report, dtype=dtype,
-                              quantization=weights.weights_quantization(self.weights_box, self.report))
         dev = self._device_info()
+        kv = planned_kv_dtype(dtype, dev.torch_device) if dev is not None else dtype
+        est = estimate_memory(self.report, dtype=dtype,
+                              quantization=weights.weights_quantization(self.weights_box, self.report),
+                              kv_dtype=kv)
         text = (f"Needs about <b>{fmt_bytes(est.total_bytes)}</b>: weights "
                 f"{fmt_bytes(est.weight_bytes)}, KV cache {fmt_bytes(est.kv_bytes)} "
-                f"({est.kv_tokens:,} tokens), overhead {fmt_bytes(est.overhead_bytes)}.")
+                f"({est.kv_tokens:,} tokens, {kv}), overhead {fmt_bytes(est.overhead_bytes)}.")
         if dev is not None and dev.free_memory:
             problem = fits_message(est, dev.free_memory, dev.label)
             text += f"<br>{fmt_bytes(dev.free_memory)} free on {dev.label}."
@@ -177,7 +179,7 @@ class ModelsPage(Page):
         for row, m in enumerate(models):
             values = (m.name, m.architecture, m.dtype, m.quantization or "float", m.device,
                       f"{m.num_parameters / 1e6:,.2f} M", fmt_bytes(m.weight_bytes),
-                      fmt_bytes(m.kv_bytes))
+                      fmt_bytes(m.kv_bytes) + (f" ({m.kv_dtype})" if m.kv_dtype else ""))
             tip = kernels_tip(m)
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)

@@ -165,7 +165,9 @@ class RemoteModels(QObject, PickerOwner):
             cells = (m.get("name", ""), m.get("architecture") or "–", m.get("dtype") or "–",
                      m.get("quantization") or "float", m.get("device") or "–",
                      f"{params / 1e6:,.2f} M" if params else "–",
-                     fmt_bytes(weights) if weights else "–", fmt_bytes(kv) if kv else "–")
+                     fmt_bytes(weights) if weights else "–",
+                     (fmt_bytes(kv) + (f" ({m['kv_dtype']})" if m.get("kv_dtype") else ""))
+                     if kv else "–")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(str(text))
                 item.setToolTip(m.get("path") or "")

@@ -65,7 +65,8 @@ class AdminService:
             served.append({"name": info.name, "path": rel, "architecture": info.architecture,
                            "dtype": info.dtype, "quantization": info.quantization,
                            "device": info.device, "num_parameters": info.num_parameters,
-                           "weight_bytes": info.weight_bytes, "kv_bytes": info.kv_bytes})
+                           "weight_bytes": info.weight_bytes, "kv_bytes": info.kv_bytes,
+                           "kv_dtype": info.kv_dtype})
         models = []
         for client, resolved in self.roots.listing():
             report = inspect_model_folder(resolved)

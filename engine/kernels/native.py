@@ -220,6 +220,15 @@ def available() -> bool:
     return library() is not None
 
 
+def buildable() -> bool:
+    """Whether the kernels load here, without compiling them when they are not built yet (the
+    CPU's instructions and a C compiler): for plans shown before any work, on any thread."""
+    if library.cache_info().currsize:
+        return library() is not None
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    return _unavailable_reason(cpu_flags()) is None and bool(cc and shutil.which(cc))
+
+
 def int8_isa() -> str | None:
     """The instructions of this build's int8 products: "avx512-vnni" where the CPU has them
     (W8A8 on vpdpbusd, per-channel W8A16 on vpdpwssd, 512-bit registers; grouped W8A16 stays

@@ -21,6 +21,7 @@ from .memory import (
     estimate_memory,
     fits_message,
     format_bytes,
+    planned_kv_dtype,
 )
 from .recent import add_recent_model, forget_recent_model, recent_models
 
@@ -28,5 +29,5 @@ __all__ = [
     "BATCHED_ARCHITECTURES", "GGUF_INT8", "LoadCancelled", "LoadedModel", "MemoryEstimate", "ModelFolderError",
     "ModelFolderReport", "ModelLoadError", "Problem", "add_recent_model", "estimate_memory",
     "fits_message", "forget_recent_model", "format_bytes", "inspect_model_folder", "load_model",
-    "recent_models", "resolve_model_path", "validate_model_folder",
+    "planned_kv_dtype", "recent_models", "resolve_model_path", "validate_model_folder",
 ]

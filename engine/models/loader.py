@@ -20,7 +20,7 @@ from .folder import (
     ModelFolderReport,
     validate_model_folder,
 )
-from .memory import estimate_memory, fits_message
+from .memory import estimate_memory, fits_message, planned_kv_dtype
 
 ProgressFn = Callable[[float, str], None]
 
@@ -123,7 +123,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     if dtype not in ("float32", "float16", "bfloat16"):
         raise ModelLoadError(f"unsupported dtype {dtype!r}: choose float32, float16 or bfloat16")
     if check_memory:
-        est = estimate_memory(report, dtype, context=context or min(report.max_context or 2048, 4096))
+        est = estimate_memory(report, dtype, context=context or min(report.max_context or 2048, 4096),
+                              kv_dtype=planned_kv_dtype(dtype, dev.torch_device))
         msg = fits_message(est, dev.free_memory, dev.label)
         if msg:
             raise ModelLoadError(msg)
@@ -182,7 +183,8 @@ def _load_gguf_int8(report: ModelFolderReport, *, device: str, dtype: str, name:
     if check_memory:
         est = estimate_memory(report, dtype, context=context or min(report.max_context or 2048,
                                                                     4096),
-                              quantization=GGUF_INT8)
+                              quantization=GGUF_INT8,
+                              kv_dtype=planned_kv_dtype(dtype, dev.torch_device))
         msg = fits_message(est, dev.free_memory, dev.label)
         if msg:
             raise ModelLoadError(msg)

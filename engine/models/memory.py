@@ -36,10 +36,22 @@ def kv_bytes_per_token(report: ModelFolderReport, dtype: str) -> int:
     return 2 * report.num_layers * report.num_kv_heads * report.head_dim * DTYPE_BYTES[dtype]
 
 
+def planned_kv_dtype(dtype: str, torch_device) -> str:
+    """The dtype the engine will give the KV cache ("auto": engine.runtime.kv_cache)."""
+    import torch
+
+    from ..runtime.kv_cache import resolve_dtype
+
+    kv = resolve_dtype("auto", getattr(torch, dtype), torch_device, planning=True)
+    return str(kv).removeprefix("torch.")
+
+
 def estimate_memory(report: ModelFolderReport, dtype: str = "float32", context: int | None = None,
-                    max_seqs: int = 1, quantization: str | None = None) -> MemoryEstimate:
+                    max_seqs: int = 1, quantization: str | None = None,
+                    kv_dtype: str | None = None) -> MemoryEstimate:
     """Estimate what loading needs: weights in `dtype` (linear layers in int8 when quantized)
-    plus a KV cache for `max_seqs` sequences of `context` tokens."""
+    plus a KV cache in `kv_dtype` (default: `dtype`) for `max_seqs` sequences of `context`
+    tokens."""
     params = report.num_parameters or 0
     elem = DTYPE_BYTES[dtype]
     if quantization == GGUF_INT8 and report.int8_bytes is not None:
@@ -55,7 +67,8 @@ def estimate_memory(report: ModelFolderReport, dtype: str = "float32", context: 
         weights = params * elem
     ctx = context or report.max_context or 2048
     overhead = max(OVERHEAD_MIN, int(weights * OVERHEAD_FRACTION))
-    return MemoryEstimate(weights, kv_bytes_per_token(report, dtype), ctx * max_seqs, overhead)
+    return MemoryEstimate(weights, kv_bytes_per_token(report, kv_dtype or dtype), ctx * max_seqs,
+                          overhead)
 
 
 def fits_message(estimate: MemoryEstimate, free_bytes: int, device_label: str) -> str | None:
@@ -69,13 +82,14 @@ def fits_message(estimate: MemoryEstimate, free_bytes: int, device_label: str) -
 
 
 def plan_text(estimate: MemoryEstimate, free_bytes: int, device_label: str, form: str,
-              context: int, max_seqs: int) -> str:
+              context: int, max_seqs: int, kv_dtype: str | None = None) -> str:
     """One line: the weights in `form`, the KV cache for context x batch, and the headroom."""
     left = free_bytes - estimate.total_bytes
     verdict = (f"headroom {format_bytes(left)}" if left >= 0
                else f"short by {format_bytes(-left)}")
     return (f"{form}: weights {format_bytes(estimate.weight_bytes)} + KV cache "
-            f"{format_bytes(estimate.kv_bytes)} ({context} tokens x {max_seqs}) + overhead "
+            f"{format_bytes(estimate.kv_bytes)} ({context} tokens x {max_seqs}"
+            f"{f', {kv_dtype}' if kv_dtype else ''}) + overhead "
             f"{format_bytes(estimate.overhead_bytes)} = {format_bytes(estimate.total_bytes)} "
             f"of {format_bytes(free_bytes)} available on {device_label}: {verdict}")
 

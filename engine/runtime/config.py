@@ -21,7 +21,8 @@ class EngineConfig:
     # (None = no fixed cap) keeps the old fixed ceiling for tests and benchmarks
     max_model_len: int | None = None
     max_context_cap: int | None = None
-    kv_dtype: str = "auto"  # "auto" (float32 on CPU, model dtype elsewhere) or one of KV_DTYPES
+    kv_dtype: str = "auto"  # "auto" (float16 on CPU with the native kernels, else float32; the
+    # model dtype on accelerators; kv_cache.resolve_dtype) or one of KV_DTYPES
     # CPU decode work: "auto" (the native kernels when they build: fp32 products,
     # engine.runtime.cpu_linear, and whole decode steps, engine.runtime.native_decode) or
     # "torch" (PyTorch's ops and BLAS throughout)

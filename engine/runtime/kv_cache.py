@@ -5,6 +5,27 @@ from __future__ import annotations
 import torch
 
 
+def resolve_dtype(kv_dtype: str, model_dtype: torch.dtype, device,
+                  planning: bool = False) -> torch.dtype:
+    """"auto": the model's dtype on accelerators. On CPU, float16 when the float parts are
+    float32 and the native kernels are built: there the cache only stores (the native decode
+    step and the PyTorch attention read its rows into fp32 and compute in fp32), so a step's
+    attention reads half the bytes and the cache takes half the memory; float32 otherwise
+    (CPU matmuls in bf16/fp16 are several times slower than in fp32 at attention's shapes).
+    A prompt's first chunk attends to its own fp32 keys, so the first token rounds nothing.
+    `planning`: a memory plan before loading, which must not compile the kernels."""
+    if kv_dtype != "auto":
+        return getattr(torch, kv_dtype)
+    if torch.device(device).type != "cpu":
+        return model_dtype
+    if model_dtype == torch.float32:
+        from ..kernels import native
+
+        if native.buildable() if planning else native.available():
+            return torch.float16
+    return torch.float32
+
+
 class KVCache:
     """K and V as [layers, slots, kv_heads, max_len, head_dim].
 

@@ -22,7 +22,7 @@ import torch
 
 from . import cpu_linear, families, native_decode
 from .families.attention import StepLayout
-from .kv_cache import KVCache
+from .kv_cache import KVCache, resolve_dtype
 from .scheduler import ScheduledSeq
 from .sequence import Sequence
 
@@ -76,15 +76,6 @@ def use_transposed_head(model: Any, mode: str = "auto") -> bool:
     return True
 
 
-def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype, device) -> torch.dtype:
-    """"auto": float32 on CPU (CPU matmuls in bf16/fp16 are several times slower than in fp32
-    at attention's small shapes, and the cache is small next to host memory), the model's dtype
-    on accelerators."""
-    if kv_dtype != "auto":
-        return getattr(torch, kv_dtype)
-    return torch.float32 if torch.device(device).type == "cpu" else model_dtype
-
-
 class BatchedRunner:
     path_kind = "batched"
 
@@ -114,7 +105,7 @@ class BatchedRunner:
         self.dtype, self.device = fam.dtype, fam.device
         self.max_len = max_len
         self.kv = KVCache(len(self.layers), num_slots, self.num_kv_heads, max_len, self.head_dim,
-                          resolve_kv_dtype(kv_dtype, self.dtype, self.device), self.device)
+                          resolve_dtype(kv_dtype, self.dtype, self.device), self.device)
         # steps made only of decode rows: every layer in one native call (native_decode.py)
         if linear_kernels == "torch":
             self.decode_plan, self.decode_plan_reason = None, "PyTorch kernels requested"

@@ -253,6 +253,9 @@ class ModelInfo:
     # what runs the int8 layers, e.g. "native-avx512-vnni", "native-avx2" or "fbgemm" (several
     # joined by "+"); "" if none
     int8_kernels: str = ""
+    # the preallocated KV cache's dtype ("float16", "float32", ...); "" where none is (the
+    # unbatched path, a remote model)
+    kv_dtype: str = ""
     # the system prompt the chat template adds when a conversation has none (shown, editable)
     default_system_prompt: str | None = None
     # the model's sampling defaults (generation_config.json), as (field, value) pairs

@@ -111,7 +111,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         free_bytes,
         kv_bytes_per_token,
     )
-    from .runner import resolve_kv_dtype
+    from .kv_cache import resolve_dtype as resolve_kv_dtype
     from .template_facts import default_system_prompt
 
     param = next(model.parameters())
@@ -136,6 +136,7 @@ def build_variant(loaded: Any, name: str, config: EngineConfig,
         quantization=getattr(loaded, "quantization", None), device=str(loaded.device),
         max_context=max_len, num_parameters=n_params, weight_bytes=weight_bytes,
         kv_bytes=runner.kv_bytes, path_kind=runner.path_kind, created=time.time(),
+        kv_dtype=str(runner.kv.k.dtype).removeprefix("torch.") if batched else "",
         linear_kernels=getattr(runner, "linear_kernels", "torch"),
         decode_step="native" if getattr(runner, "decode_plan", None) is not None else "torch",
         unbatched_reason=getattr(runner, "reason", ""),

@@ -33,7 +33,7 @@ def main() -> int:
     ap.add_argument("--pos", type=int, default=48)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kv-dtype", default="auto", help="the KV cache: auto (fp32 on CPU), float16")
+    ap.add_argument("--kv-dtype", default="auto", help="the KV cache: auto (fp16 on CPU with the native kernels), float32, float16")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu", dtype="float32")

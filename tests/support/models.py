@@ -109,8 +109,9 @@ def needs_native():
         pytest.skip(f"native kernels unavailable: {reason}")
 
 
-def decode_both(model, steps: int = 4, num_slots: int = 8, kv_dtype: str = "auto"):
-    """Prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
+def decode_both(model, steps: int = 4, num_slots: int = 8, kv_dtype: str = "float32"):
+    """With the cache in `kv_dtype` (fp32 unless asked: the runners' own default is fp16 on
+    CPU, held to fp32 by tests/test_native_decode.py), prefill six sequences (lengths 1-40) into scattered slots of two runners, one with the
     native step and one without, then decode `steps` greedy steps through each (both fed the
     PyTorch runner's tokens). Returns [(native logits, torch logits)] and the runners."""
     from npu_console.engine.runtime.runner import BatchedRunner

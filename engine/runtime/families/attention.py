@@ -144,8 +144,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     for i, (o0, n, slot, start) in enumerate(step.pre):
         ctx = start + n
         qp = q[o0:o0 + n].to(kdt).transpose(0, 1)[None]  # [1, nh, n, hd]
-        kk = k_cache[slot:slot + 1, :, :ctx].to(kdt)
-        vv = v_cache[slot:slot + 1, :, :ctx].to(kdt)
+        if start == 0:
+            # a chunk from position 0 sees only its own keys: this step's k / v as computed,
+            # so a half cache rounds nothing before the first token
+            kk = k[o0:o0 + n].to(kdt).transpose(0, 1)[None]
+            vv = v[o0:o0 + n].to(kdt).transpose(0, 1)[None]
+        else:
+            kk = k_cache[slot:slot + 1, :, :ctx].to(kdt)
+            vv = v_cache[slot:slot + 1, :, :ctx].to(kdt)
         mask = step.prefill_mask(i, window)
         if softcap:
             o = _capped_attention(qp, kk, vv, mask, ctx, scaling, softcap, groups)
