@@ -104,7 +104,7 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
         s->kind = -1; /* the scratch no longer holds the input the next product reads */
         return;
     }
-    /* packed w8a8-dynamic layers keep their rows as u8 (pk8_gemm), not int16: another
+    /* packed w8a8-dynamic layers keep their rows as u8 (pk_gemm with quads), not int16: another
      * layout in the scratch, so another kind for the reuse check */
     const int kind = L->kind == NPC_W8A8_BLOCK && L->packed && NPC_VNNI ? NPC_W8A8_BLOCK_U8
                                                                          : L->kind;
@@ -118,8 +118,8 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
 #if NPC_VNNI
         if (kind == NPC_W8A8_BLOCK_U8) {
             if (!fits) blockint8_rows_u8(x, M, K, (uint8_t *)s->q, s->sx);
-            pk8_gemm((const uint8_t *)s->q, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
-                     L->bias, y, M, N, K, nthreads);
+            pk_gemm(s->q, K, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
+                    M, N, K, nthreads, 1);
             return;
         }
 #endif
@@ -128,7 +128,7 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
 #if NPC_VNNI
         if (L->packed) {
             pk_gemm(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
-                    M, N, K, nthreads);
+                    M, N, K, nthreads, 0);
             return;
         }
 #endif

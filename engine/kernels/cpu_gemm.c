@@ -863,10 +863,10 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
     }
     if (act_int8 && act_int8 != 2) { /* 2: the pair product, to compare (tests) */
         blockint8_rows_u8(x, M, K, (uint8_t *)q, xs);
-        pk8_gemm((const uint8_t *)q, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads);
+        pk_gemm(q, K, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 1);
     } else {
         (act_int8 ? blockint8_rows : blockfloat_rows)(x, M, K, q, ldq, xs);
-        pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads);
+        pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 0);
     }
     free(q);
     free(xs);

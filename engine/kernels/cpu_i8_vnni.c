@@ -387,11 +387,48 @@ static void t16_gemm(const int16_t *q, int64_t ldq, const int8_t *w, const float
 #define PK_C 16
 #define PK_MR 8 /* activation rows per pass over a strip: 8 int32 + 8 fp32 accumulators */
 
+/* ---- w8a8-dynamic's int8 blocks on the packed layout: vpdpbusd -----------------------------
+ * The pair path carries int8 activations as int16 and multiplies pairs (vpdpwssd, 32 products per
+ * instruction); vpdpbusd takes quads, 64 products per instruction, from the same packed
+ * weights: one vpermw turns a block's two input pairs of 16 channels (64 bytes) into 16
+ * channels' four inputs each, and serves every activation row. vpdpbusd multiplies unsigned
+ * by signed bytes, so activations are u = q + 128 and a block's sum loses 128 times the block's
+ * weight sum, taken from the same loads (vpdpbusd against all-ones), as v8_row does. Every
+ * block's int32 sum is the pair path's exactly and the fp32 epilogue is the same, so the
+ * results equal the pair path's bit for bit (tests/test_native_packed.py). pk_rows (quads = 1)
+ * below does both. */
+
+/* blockint8_rows' values as u = q + 128, ldu = K bytes apart (K a whole number of blocks) */
+static void blockint8_rows_u8(const float *x, int64_t M, int64_t K, uint8_t *u, float *xs) {
+    const int64_t nb = K / QB;
+    int16_t q[QB];
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + m * K + b * QB;
+            const float s = row_scale(xb, QB, 1, 0.0f, 127.0f);
+            xs[m * nb + b] = s;
+            round_span(xb, QB, s, 127.0f, q, QB);
+            uint8_t *ub = u + m * K + b * QB;
+            for (int i = 0; i < QB; i++) ub[i] = (uint8_t)(q[i] + 128);
+        }
+}
+
+/* one pass of up to PK_MR activation rows over a strip. quads = 0: rows in block floating
+ * point as int16 (blockfloat_rows / blockint8_rows, lda elements apart), multiplied by pairs
+ * (vpdpwssd). quads = 1: int8 blocks as u = q + 128 (blockint8_rows_u8, lda bytes apart),
+ * multiplied by quads (vpdpbusd, below). Both: lda / QB block scales per row in xs. quads is a
+ * constant in each use, so each is its own loop */
 static inline __attribute__((always_inline)) void
-pk_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp, const float *sp,
+pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
         int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
-        const int nc) {
-    const int64_t xsld = ldq / QB;
+        const int nc, const int quads) {
+    /* quads: word 2c of a quad vector is word c of the loaded bytes (channel c's pair kp),
+     * word 2c + 1 is word 16 + c (its pair kp + 1) */
+    static const int16_t quad_idx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const int16_t *q = (const int16_t *)a;
+    const uint8_t *u = (const uint8_t *)a;
+    const int64_t xsld = lda / QB;
     __m512 out[PK_MR];
     for (int i = 0; i < mr; i++) out[i] = _mm512_setzero_ps();
     const float *g = sp;
@@ -401,12 +438,28 @@ pk_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp, const 
         for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
         __m512i acc[PK_MR];
         for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_si512();
-        for (int kp = 0; kp < QB / 2; kp++) {
-            const __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + kp * 2 * PK_C)));
-            for (int i = 0; i < mr; i++) {
-                int32_t pair;
-                memcpy(&pair, q + i * ldq + b * QB + kp * 2, sizeof pair);
-                acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_set1_epi32(pair), wv);
+        if (quads) {
+            const __m512i idx = _mm512_loadu_si512(quad_idx), ones = _mm512_set1_epi8(1);
+            __m512i ws = _mm512_setzero_si512();
+            for (int kq = 0; kq < QB / 4; kq++) {
+                const __m512i wv = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(wb + kq * 64));
+                ws = _mm512_dpbusd_epi32(ws, ones, wv);
+                for (int i = 0; i < mr; i++) {
+                    int32_t quad;
+                    memcpy(&quad, u + i * lda + b * QB + kq * 4, sizeof quad);
+                    acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32(quad), wv);
+                }
+            }
+            const __m512i corr = _mm512_slli_epi32(ws, 7); /* 128 x the block's weight sum */
+            for (int i = 0; i < mr; i++) acc[i] = _mm512_sub_epi32(acc[i], corr);
+        } else {
+            for (int kp = 0; kp < QB / 2; kp++) {
+                const __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + kp * 2 * PK_C)));
+                for (int i = 0; i < mr; i++) {
+                    int32_t pair;
+                    memcpy(&pair, q + i * lda + b * QB + kp * 2, sizeof pair);
+                    acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_set1_epi32(pair), wv);
+                }
             }
         }
         const __m512 sw = _mm512_loadu_ps(g);
@@ -424,23 +477,26 @@ pk_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp, const 
 }
 
 #define PK_CASE(r)                                                                            \
-    case r: pk_rows(q, ldq, xs, wp, sp, gb, bias, y, ldy, nb, r, nc); break;
+    case r: if (quads) pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc, 1);           \
+            else pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc, 0); break;
 
-static void pk_rows_any(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp,
+static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                         const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
-                        int64_t nb, int mr, int nc) {
+                        int64_t nb, int mr, int nc, int quads) {
     switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)
-                  default: pk_rows(q, ldq, xs, wp, sp, gb, bias, y, ldy, nb, PK_MR, nc); }
+                  default: PK_CASE(PK_MR) }
 }
 
-/* rows in block floating point (blockfloat_rows, ldq >= K = nb * QB) times the packed weight
- * of N channels with scales per group of gb blocks; the activation rows go in chunks that stay
+/* M activation rows times the packed weight of N channels with scales per group of gb blocks
+ * (K = nb * QB inputs): int16 rows (blockfloat_rows, lda >= K elements apart) by pairs, or
+ * with quads u8 rows (blockint8_rows_u8, lda = K bytes apart). The rows go in chunks that stay
  * in L2 while every strip passes over them (one chunk for a decode step) */
-static void pk_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t *wp,
+static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                     const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads) {
-    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = ldq / QB;
-    int64_t mb = (256 * 1024) / (2 * ldq);
+                    int64_t N, int64_t K, int nthreads, int quads) {
+    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
+    const int64_t row_bytes = quads ? lda : 2 * lda;
+    int64_t mb = (256 * 1024) / row_bytes;
     mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
     for (int64_t b0 = 0; b0 < M; b0 += mb) {
         const int64_t b1 = M - b0 < mb ? M : b0 + mb;
@@ -448,108 +504,11 @@ static void pk_gemm(const int16_t *q, int64_t ldq, const float *xs, const int8_t
         for (int64_t s = 0; s < S; s++) {
             const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
             for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                pk_rows_any(q + m0 * ldq, ldq, xs + m0 * xsld, wp + s * nb * PK_C * QB,
-                            sp + s * ng * PK_C, gb, bias ? bias + s * PK_C : NULL,
-                            y + m0 * N + s * PK_C, N, nb,
-                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc);
+                pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
+                            wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
+                            bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
+                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
         }
     }
 }
 
-/* ---- w8a8-dynamic's int8 blocks on the packed layout: vpdpbusd -----------------------------
- * pk_rows carries int8 activations as int16 and multiplies pairs (vpdpwssd, 32 products per
- * instruction); vpdpbusd takes quads, 64 products per instruction, from the same packed
- * weights: one vpermw turns a block's two input pairs of 16 channels (64 bytes) into 16
- * channels' four inputs each, and serves every activation row. vpdpbusd multiplies unsigned
- * by signed bytes, so activations are u = q + 128 and a block's sum loses 128 times the block's
- * weight sum, taken from the same loads (vpdpbusd against all-ones), as v8_row does. Every
- * block's int32 sum is the pair path's exactly and the fp32 epilogue is the same, so the
- * results equal pk_rows' bit for bit (tests/test_native_packed.py). */
-
-/* blockint8_rows' values as u = q + 128, ldu = K bytes apart (K a whole number of blocks) */
-static void blockint8_rows_u8(const float *x, int64_t M, int64_t K, uint8_t *u, float *xs) {
-    const int64_t nb = K / QB;
-    int16_t q[QB];
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t b = 0; b < nb; b++) {
-            const float *xb = x + m * K + b * QB;
-            const float s = row_scale(xb, QB, 1, 0.0f, 127.0f);
-            xs[m * nb + b] = s;
-            round_span(xb, QB, s, 127.0f, q, QB);
-            uint8_t *ub = u + m * K + b * QB;
-            for (int i = 0; i < QB; i++) ub[i] = (uint8_t)(q[i] + 128);
-        }
-}
-
-static inline __attribute__((always_inline)) void
-pk8_rows(const uint8_t *u, int64_t ldu, const float *xs, const int8_t *wp, const float *sp,
-         int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
-         const int nc) {
-    /* word 2c of a quad vector is word c of the loaded bytes (channel c's pair kp), word
-     * 2c + 1 is word 16 + c (its pair kp + 1) */
-    static const int16_t quads[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(quads), ones = _mm512_set1_epi8(1);
-    __m512 out[PK_MR];
-    for (int i = 0; i < mr; i++) out[i] = _mm512_setzero_ps();
-    const float *g = sp;
-    int64_t left = gb;
-    for (int64_t b = 0; b < nb; b++) {
-        const int8_t *wb = wp + b * (PK_C * QB);
-        for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
-        __m512i acc[PK_MR], ws = _mm512_setzero_si512();
-        for (int i = 0; i < mr; i++) acc[i] = _mm512_setzero_si512();
-        for (int kq = 0; kq < QB / 4; kq++) {
-            const __m512i wv = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(wb + kq * 64));
-            ws = _mm512_dpbusd_epi32(ws, ones, wv);
-            for (int i = 0; i < mr; i++) {
-                int32_t quad;
-                memcpy(&quad, u + i * ldu + b * QB + kq * 4, sizeof quad);
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi32(quad), wv);
-            }
-        }
-        const __m512i corr = _mm512_slli_epi32(ws, 7);
-        const __m512 sw = _mm512_loadu_ps(g);
-        if (--left == 0) {
-            g += PK_C;
-            left = gb;
-        }
-        for (int i = 0; i < mr; i++)
-            out[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], corr)),
-                                     _mm512_mul_ps(sw, _mm512_set1_ps(xs[i * nb + b])), out[i]);
-    }
-    const __mmask16 m = nc >= PK_C ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
-    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
-    for (int i = 0; i < mr; i++) _mm512_mask_storeu_ps(y + i * ldy, m, _mm512_add_ps(out[i], bv));
-}
-
-#define PK8_CASE(r)                                                                           \
-    case r: pk8_rows(u, ldu, xs, wp, sp, gb, bias, y, ldy, nb, r, nc); break;
-
-static void pk8_rows_any(const uint8_t *u, int64_t ldu, const float *xs, const int8_t *wp,
-                         const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
-                         int64_t nb, int mr, int nc) {
-    switch (mr) { PK8_CASE(1) PK8_CASE(2) PK8_CASE(3) PK8_CASE(4) PK8_CASE(5) PK8_CASE(6) PK8_CASE(7)
-                  default: pk8_rows(u, ldu, xs, wp, sp, gb, bias, y, ldy, nb, PK_MR, nc); }
-}
-
-/* u8 rows (blockint8_rows_u8, K = nb * QB bytes apart) times the packed weight, as pk_gemm */
-static void pk8_gemm(const uint8_t *u, const float *xs, const int8_t *wp, const float *sp,
-                     int64_t gb, const float *bias, float *y, int64_t M, int64_t N, int64_t K,
-                     int nthreads) {
-    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C;
-    int64_t mb = (256 * 1024) / K;
-    mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
-    for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t s = 0; s < S; s++) {
-            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
-            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                pk8_rows_any(u + m0 * K, K, xs + m0 * nb, wp + s * nb * PK_C * QB,
-                             sp + s * ng * PK_C, gb, bias ? bias + s * PK_C : NULL,
-                             y + m0 * N + s * PK_C, N, nb,
-                             (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc);
-        }
-    }
-}

@@ -1,6 +1,6 @@
 """w8a8-dynamic's int8 blocks on the packed layout (cpu_i8_vnni.c): four inputs per
-multiply-add (vpdpbusd, pk8_gemm) against two (the W8A16 pair product, vpdpwssd, pk_gemm), on
-the same packed weights, interleaved: for each row count M the median time of each (the
+multiply-add (vpdpbusd, pk_gemm with quads) against two (the W8A16 pair product, vpdpwssd,
+pk_gemm with pairs), on the same packed weights, interleaved: for each row count M the median time of each (the
 activations' quantization included) and the speed-up. Shapes of SmolLM2-135M and Llama-2-7B.
 
     python tests/bench/bench_packed_int8.py --threads 2 [--rows 1,8,16,64]
