@@ -70,7 +70,16 @@ def test_slots_get_the_models_context_when_memory_allows():
     tight = cb.choose_max_len(8192, slots=16, per_token=per_token, free=8 * gib)
     assert 2048 < tight < 8192 and tight % cb.STEP == 0
     assert 16 * tight * per_token <= 0.4 * 8 * gib
-    assert cb.choose_max_len(8192, slots=16, per_token=per_token, free=1 * gib) == 2048
+    # the floor of 2,048 when it fits in most of the free memory, else what does fit there:
+    # 16 x 2,048 fp32 rows are 1.4 GiB
+    assert cb.choose_max_len(8192, slots=16, per_token=per_token, free=2 * gib) == 2048
+    short = cb.choose_max_len(8192, slots=16, per_token=per_token, free=1 * gib)
+    assert short == 1024 and 16 * short * per_token <= 0.8 * gib
+    # a 7B model's fp32 cache for 8 sequences on a 24 GB machine that holds its weights
+    llama7b = 2 * 32 * 32 * 128 * 4
+    assert cb.choose_max_len(4096, slots=8, per_token=llama7b, free=15 * gib) == 1536
+    with pytest.raises(MemoryError, match=r"8 sequences x 256 tokens need 2\.00 GiB, 1\.00 GiB"):
+        cb.choose_max_len(4096, slots=8, per_token=llama7b, free=1 * gib)
     assert cb.choose_max_len(512, slots=16, per_token=per_token, free=None) == 512
     assert cb.choose_max_len(8192, slots=16, per_token=per_token, free=20 * gib, cap=512) == 512
     assert cb.choose_max_len(8192, slots=16, per_token=per_token, free=1 * gib,

@@ -276,9 +276,27 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
     torch = import_torch()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     batch_sizes = sorted({int(b) for b in cfg.batch_sizes})
+    loaded_in = loaded is not None
+
+    def measure_bandwidth(device: Any) -> Bandwidth | None:
+        say(0.1 if loaded_in else 0.0, "measuring memory bandwidth")
+        try:
+            return device_bandwidth(device, cfg.bandwidth_gbps)
+        except Exception as exc:  # noqa: BLE001 - the sweep is still useful without a roofline
+            notes.append(f"no bandwidth figure: {exc}")
+            return None
 
     def prepare(loaded: Any):
+        bandwidth: Bandwidth | None = None
         if loaded is None:
+            # before the weights: the measurement's buffer (512 MiB) is returned before they
+            # arrive, so the run's peak RSS is the model's and the engine's, not the bench's
+            from ..devices import get_device
+
+            try:
+                bandwidth = measure_bandwidth(get_device(cfg.device).torch_device)
+            except ValueError:
+                pass  # a bad --device: load_model says so below
             say(0.0, f"loading {cfg.model}")
             try:
                 loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, cancel=cancel,
@@ -294,12 +312,8 @@ def run_offline_sweep(cfg: OfflineConfig, progress: ProgressFn | None = None,
                                         notes, cfg.act_scales)
         else:
             counted = decode_bytes_model(loaded.model, dtype_bytes)
-        bandwidth: Bandwidth | None = None
-        say(0.1, "measuring memory bandwidth")
-        try:
-            bandwidth = device_bandwidth(loaded.device, cfg.bandwidth_gbps)
-        except Exception as exc:  # noqa: BLE001 - the sweep is still useful without a roofline
-            notes.append(f"no bandwidth figure: {exc}")
+        if bandwidth is None and loaded_in:
+            bandwidth = measure_bandwidth(loaded.device)
         return loaded, counted, bandwidth
 
     # load, quantize and measure on a thread that ends before the engine runs: a thread that

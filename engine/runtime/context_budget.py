@@ -3,7 +3,10 @@
 The KV cache is preallocated (engine.runtime.kv_cache): slots x context x bytes per token. A
 chat model that advertises 8K positions gets all of them when that fits in a share of the
 memory free at load time; a model advertising 128K gets as much as fits, in steps of 256
-tokens, never less than the old fixed default (2,048, or the model's context if smaller).
+tokens, and at least the old fixed default (2,048, or the model's context if smaller) when
+that fits in most of the free memory. When it does not (a 7B model's fp32 cache for 8
+sequences is 16 GiB), the slots get what fits there; when not even 256 tokens a slot fit, the
+load is refused with the numbers instead of the process being killed for memory later.
 An explicit `max_model_len` or `max_context_cap` in EngineConfig still wins.
 """
 
@@ -15,6 +18,8 @@ import torch
 
 # share of the memory free at load time that one model's KV cache may take
 KV_MEMORY_FRACTION = 0.4
+# share it may take at most, to reach the floor (the cache is written in full at allocation)
+KV_MEMORY_LIMIT = 0.8
 FLOOR = 2048
 STEP = 256
 
@@ -54,4 +59,15 @@ def choose_max_len(model_ctx: int | None, *, slots: int, per_token: int, free: i
     fits = int(free * KV_MEMORY_FRACTION) // max(1, slots * per_token)
     if fits >= ctx:
         return ctx
-    return max(floor, fits // STEP * STEP)
+    if fits >= floor:
+        return fits // STEP * STEP
+    limit = int(free * KV_MEMORY_LIMIT) // max(1, slots * per_token)
+    if limit >= floor:
+        return floor
+    if limit >= STEP:
+        return limit // STEP * STEP
+    gib = 2**30
+    raise MemoryError(
+        f"not enough memory for the KV cache: {slots} sequences x {STEP} tokens need "
+        f"{slots * STEP * per_token / gib:.2f} GiB, {free / gib:.2f} GiB free; lower "
+        "--max-running, use a float16 cache (--kv-dtype float16) or free memory")
