@@ -1,4 +1,5 @@
-"""The block products on the packed layout (cpu_i8_vnni.c pk_gemm; VNNI builds): the same as
+"""The block products on the packed layout (pk_gemm: cpu_i8_vnni.c on VNNI builds, cpu_pk_avx2.c
+on other x86 builds): the same as
 the row-major kernels, W8A16 with per-group and per-channel scales and w8a8-dynamic's int8
 blocks, for every row count the kernel blocks differently (1-8 rows per pass over a strip,
 more in chunks), output counts that leave the last strip of 16 channels partial, and every
@@ -18,7 +19,7 @@ from support.models import needs_native
 def _packs():
     needs_native()
     if not packing.available():
-        pytest.skip("this CPU's kernel build has no packed W8A16 (AVX512-VNNI only); "
+        pytest.skip("this kernel build has no packed W8A16 (x86 with AVX2 or AVX512-VNNI only); "
                     "the row-major grouped kernel runs instead (tests/test_native_groups.py)")
 
 
@@ -123,6 +124,8 @@ def test_int8_blocks_by_quads_equal_them_by_pairs(n, k, group, rows):
     128 times each block's weight sum); the W8A16 pair product of the same int8 values gives
     the same int32 block sums and the same fp32 epilogue, so the floats are equal, not close:
     any slip in the quad order, the correction or a block's scale shows."""
+    if native.int8_isa() != "avx512-vnni":
+        pytest.skip("quads (vpdpbusd) are VNNI's: an AVX2 build multiplies int8 blocks by pairs")
     w, scale = _layer(n, k, group, seed=7 * n + rows)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
     x[:, 5] = 200.0

@@ -125,7 +125,7 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
 #endif
         if (!fits)
             (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
-#if NPC_VNNI
+#if NPC_PACKED
         if (L->packed) {
             pk_gemm(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
                     M, N, K, nthreads, 0);

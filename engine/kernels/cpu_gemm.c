@@ -720,6 +720,17 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
 #define NPC_VNNI 0
 #endif
 
+/* the packed W8A16 layout's product (npc_w8a16_pack): cpu_i8_vnni.c on VNNI builds, with pairs
+ * and, for w8a8-dynamic's int8 blocks, quads; cpu_pk_avx2.c, pairs only, on other x86 builds */
+#if NPC_VNNI
+#define NPC_PACKED 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define NPC_PACKED 1
+#include "cpu_pk_avx2.c"
+#else
+#define NPC_PACKED 0
+#endif
+
 /* the product of rows already in block floating point (blockfloat_rows, ldq = blockfloat_ld);
  * group: 0 for per-channel scales sw [N], else sw is [N, K / group] (w8a16_group_ok) */
 static void w8a16_rows(const int16_t *q, int64_t ldq, const float *xs, const int8_t *w,
@@ -773,10 +784,10 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
     return npc_w8a16_grouped(x, w, scale, 0, y, M, N, K, nthreads);
 }
 
-/* The packed layout of grouped W8A16 (cpu_i8_vnni.c pk_gemm) exists on VNNI builds only. */
-int npc_w8a16_packs(void) { return NPC_VNNI; }
+/* The packed layout of W8A16 (pk_gemm) exists on x86 builds with AVX2 or AVX512-VNNI. */
+int npc_w8a16_packs(void) { return NPC_PACKED; }
 
-#if NPC_VNNI
+#if NPC_PACKED
 /* one strip: rows [0, nr) of w (K apart) and their scales (ng apart) -> the strip's packed
  * bytes and scales, channels nr..PK_C-1 zero */
 static void pack_strip(const int8_t *w, const float *scale, int nr, int64_t K, int64_t ng,
@@ -806,7 +817,7 @@ static void pack_strip(const int8_t *w, const float *scale, int nr, int64_t K, i
  * partial strip, -1 when a strip's buffer cannot be allocated. */
 int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N, int64_t K,
                    int8_t *wp, float *sp) {
-#if NPC_VNNI
+#if NPC_PACKED
     if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
     const int in_place = wp == w;
     if (in_place != (sp == scale)) return -2;
@@ -851,7 +862,7 @@ int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N
  * without the packed kernel. */
 int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t group,
                      int act_int8, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
-#if NPC_VNNI
+#if NPC_PACKED
     if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
     const int64_t ldq = blockfloat_ld(K);
     int16_t *q = (int16_t *)malloc((size_t)(M * ldq + 1) * sizeof(int16_t));
@@ -861,10 +872,13 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
         free(xs);
         return -1;
     }
+#if NPC_VNNI
     if (act_int8 && act_int8 != 2) { /* 2: the pair product, to compare (tests) */
         blockint8_rows_u8(x, M, K, (uint8_t *)q, xs);
         pk_gemm(q, K, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 1);
-    } else {
+    } else
+#endif
+    { /* AVX2 builds multiply int8 blocks by pairs too */
         (act_int8 ? blockint8_rows : blockfloat_rows)(x, M, K, q, ldq, xs);
         pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 0);
     }

@@ -42,10 +42,12 @@ from .trust import load_trusted, private_dir, untrusted
 log = logging.getLogger(__name__)
 
 # compiled as one unit: cpu_decode.c #includes cpu_gemm.c, which #includes cpu_i8_vnni.c where
-# the target has AVX512-VNNI, and on aarch64 simd_neon.h and (with dotprod) cpu_i8_sdot.c
+# the target has AVX512-VNNI (else cpu_pk_avx2.c on x86), and on aarch64 simd_neon.h and (with
+# dotprod) cpu_i8_sdot.c
 SOURCE = Path(__file__).with_name("cpu_decode.c")
 SOURCES = tuple(Path(__file__).with_name(n) for n in (
-    "cpu_decode.c", "cpu_gemm.c", "cpu_i8_vnni.c", "simd_neon.h", "cpu_i8_sdot.c"))
+    "cpu_decode.c", "cpu_gemm.c", "cpu_i8_vnni.c", "cpu_pk_avx2.c", "simd_neon.h",
+    "cpu_i8_sdot.c"))
 # -ffp-contract=off: every fused multiply-add is one the source asks for (the FMA intrinsics);
 # left to the compiler, x86 and aarch64 GCC fuse different scalar a * b + c (measured: the
 # fp32 product's tail and W8A16's partial last block differed in the last bit), and the

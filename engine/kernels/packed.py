@@ -1,5 +1,6 @@
-"""The block products on a packed layout (cpu_i8_vnni.c pk_gemm; VNNI builds only): W8A16 with
-per-group or per-channel scales, and w8a8-dynamic's int8 blocks of 32.
+"""The block products on a packed layout (pk_gemm: cpu_i8_vnni.c on AVX512-VNNI builds,
+cpu_pk_avx2.c on other x86 builds): W8A16 with per-group or per-channel scales, and
+w8a8-dynamic's int8 blocks of 32.
 
 Row-major, each output channel sums its 32-value blocks on its own, and every block's int32
 sum is converted and scaled for that one channel: with one scale per 32 weights (a GGUF's Q8_0
@@ -25,7 +26,7 @@ BLOCK = 32  # inputs per activation block, and the packed layout's unit along a 
 
 
 def available() -> bool:
-    """Whether this build multiplies on the packed layout (VNNI builds);
+    """Whether this build multiplies on the packed layout (x86 builds);
     NPU_CONSOLE_PACKED_W8A16=0 keeps the row-major loops (to compare the two, or as a way out)."""
     if os.environ.get("NPU_CONSOLE_PACKED_W8A16", "1") == "0":
         return False

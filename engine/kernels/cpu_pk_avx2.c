@@ -1,0 +1,93 @@
+/* The packed W8A16 layout's product on AVX2 (no AVX-512): included by cpu_gemm.c on x86 builds
+ * without AVX512-VNNI. The layout is cpu_i8_vnni.c's (npc_w8a16_pack: strips of PK_C = 16
+ * channels; in a block, 16 input pairs of 16 channels x 2 int8), so a model packs the same way
+ * on both builds; here one ymm holds 8 channels' pairs and vpmaddwd + vpaddd do what vpdpwssd
+ * does in one. The int32 sums are the VNNI build's exactly (no saturation: |q| <= 32767 and
+ * |w| <= 127, 32 products a block), and so is the fp32 epilogue, one fused multiply-add per
+ * block: the conversion and scaling of a block serve 8 channels, where the row-major grouped
+ * loop (bf_tile) converts and scales each channel's block on its own. */
+#define PK_C 16
+#define PK_MR 4 /* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast (16 ymm) */
+
+static inline __attribute__((always_inline)) void
+pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
+        int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
+        const int nc) {
+    const int16_t *q = (const int16_t *)a;
+    const int64_t xsld = lda / QB;
+    __m256 out[PK_MR][2];
+    for (int i = 0; i < mr; i++) out[i][0] = out[i][1] = _mm256_setzero_ps();
+    const float *g = sp;
+    int64_t left = gb;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *wb = wp + b * (PK_C * QB);
+        for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
+        __m256i acc[PK_MR][2];
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+        for (int kp = 0; kp < QB / 2; kp++) {
+            const __m256i w8 = _mm256_loadu_si256((const __m256i *)(wb + kp * 2 * PK_C));
+            const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8));      /* ch 0-7 */
+            const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8, 1)); /* 8-15 */
+            for (int i = 0; i < mr; i++) {
+                int32_t pair;
+                memcpy(&pair, q + i * lda + b * QB + kp * 2, sizeof pair);
+                const __m256i p = _mm256_set1_epi32(pair);
+                acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(p, lo));
+                acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(p, hi));
+            }
+        }
+        const __m256 sw0 = _mm256_loadu_ps(g), sw1 = _mm256_loadu_ps(g + 8);
+        if (--left == 0) {
+            g += PK_C;
+            left = gb;
+        }
+        for (int i = 0; i < mr; i++) {
+            const __m256 s = _mm256_set1_ps(xs[i * xsld + b]);
+            out[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(sw0, s), out[i][0]);
+            out[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]), _mm256_mul_ps(sw1, s), out[i][1]);
+        }
+    }
+    float tail[PK_C];
+    for (int i = 0; i < mr; i++) {
+        float *yi = nc >= PK_C ? y + i * ldy : tail;
+        for (int h = 0; h < 2; h++) {
+            __m256 v = out[i][h];
+            if (bias && nc >= PK_C) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * h));
+            _mm256_storeu_ps(yi + 8 * h, v);
+        }
+        if (nc < PK_C) /* the last strip's padding channels are not the caller's */
+            for (int c = 0; c < nc; c++) y[i * ldy + c] = tail[c] + (bias ? bias[c] : 0.0f);
+    }
+}
+
+#define PK_CASE(r)                                                                            \
+    case r: pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc); break;
+
+static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
+                        const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
+                        int64_t nb, int mr, int nc) {
+    switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) default: PK_CASE(PK_MR) }
+}
+
+/* as cpu_i8_vnni.c's pk_gemm with pairs (quads must be 0: vpdpbusd is VNNI's): int16 rows in
+ * block floating point (blockfloat_rows / blockint8_rows, lda >= K elements apart) */
+static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
+                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
+                    int64_t N, int64_t K, int nthreads, int quads) {
+    (void)quads;
+    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
+    int64_t mb = (256 * 1024) / (2 * lda);
+    mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
+    for (int64_t b0 = 0; b0 < M; b0 += mb) {
+        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+        for (int64_t s = 0; s < S; s++) {
+            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
+            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
+                pk_rows_any((const int16_t *)a + m0 * lda, lda, xs + m0 * xsld,
+                            wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
+                            bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
+                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc);
+        }
+    }
+}
