@@ -159,7 +159,7 @@ def test_native_step_runs_grouped_w8a16_layers_like_the_pytorch_loop(family, gro
     layer = attn.qkv_proj if family == "phi3" else attn.q_proj
     assert layer.group_size == group_size
     assert layer.plain_scale().shape == (layer.out_features, 256 // group_size)
-    # on VNNI builds the step multiplies the packed copy (cpu_i8_vnni.c pk_gemm)
+    # on x86 builds the step multiplies the packed copy (pk_gemm: cpu_i8_vnni.c, cpu_pk_avx2.c)
     assert (layer.packed is not None) == packed_kernels.available()
     for a, b in out:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()

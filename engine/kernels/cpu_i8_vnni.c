@@ -486,29 +486,3 @@ static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_
     switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)
                   default: PK_CASE(PK_MR) }
 }
-
-/* M activation rows times the packed weight of N channels with scales per group of gb blocks
- * (K = nb * QB inputs): int16 rows (blockfloat_rows, lda >= K elements apart) by pairs, or
- * with quads u8 rows (blockint8_rows_u8, lda = K bytes apart). The rows go in chunks that stay
- * in L2 while every strip passes over them (one chunk for a decode step) */
-static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads, int quads) {
-    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
-    const int64_t row_bytes = quads ? lda : 2 * lda;
-    int64_t mb = (256 * 1024) / row_bytes;
-    mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
-    for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t s = 0; s < S; s++) {
-            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
-            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
-                            wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
-                            bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
-                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
-        }
-    }
-}
-

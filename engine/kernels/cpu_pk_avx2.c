@@ -63,31 +63,10 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
 #define PK_CASE(r)                                                                            \
     case r: pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc); break;
 
+/* quads: 0 here (vpdpbusd is VNNI's), as cpu_gemm.c's pk_gemm passes it */
 static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                         const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
-                        int64_t nb, int mr, int nc) {
-    switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) default: PK_CASE(PK_MR) }
-}
-
-/* as cpu_i8_vnni.c's pk_gemm with pairs (quads must be 0: vpdpbusd is VNNI's): int16 rows in
- * block floating point (blockfloat_rows / blockint8_rows, lda >= K elements apart) */
-static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads, int quads) {
+                        int64_t nb, int mr, int nc, int quads) {
     (void)quads;
-    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
-    int64_t mb = (256 * 1024) / (2 * lda);
-    mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
-    for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t s = 0; s < S; s++) {
-            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
-            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                pk_rows_any((const int16_t *)a + m0 * lda, lda, xs + m0 * xsld,
-                            wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
-                            bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
-                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc);
-        }
-    }
+    switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) default: PK_CASE(PK_MR) }
 }

@@ -1,7 +1,8 @@
 """Grouped W8A16 (one scale per 32 weights: a GGUF's Q8_0 loaded as INT8) on the row-major loop
-and on the packed layout of VNNI builds (cpu_i8_vnni.c pk_gemm), at the Llama-2-7B shapes: for
-each row count M (1 = one sequence decoding, 8 = a decode batch, 512 = a prefill chunk) the
-median time of each, interleaved, and the multiply-adds per second.
+and on the packed layout of x86 builds (pk_gemm; the AVX2 kernel, cpu_pk_avx2.c, with
+NPU_CONSOLE_KERNEL_ARCH=haswell), at the Llama-2-7B shapes: for each row count M (1 = one
+sequence decoding, 8 = a decode batch, 512 = a prefill chunk) the median time of each,
+interleaved, and the multiply-adds per second.
 
     python tests/bench/bench_grouped_w8a16.py --threads 2 [--rows 1,2,4,8,16,64,512]
 """
