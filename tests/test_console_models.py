@@ -200,6 +200,10 @@ def test_a_gguf_launched_in_int8_opens_in_int8_and_float_is_one_choice_away(qapp
         from npu_console.engine.kernels.native import available
 
         kv = "float16" if available() else "float32"
+        # the table follows the engine's model list on a signal: wait for both rows
+        qtbot.waitUntil(lambda: page.table.rowCount() == 2
+                        and all(page.table.item(r, 7) is not None for r in range(2)),
+                        timeout=10_000)
         assert all(page.table.item(r, 7).text().endswith(f" ({kv})") for r in range(2))
         assert f"tokens, {kv})" in page.estimate.text()
         assert page.open_folder(str(demo_model_dir))
