@@ -134,3 +134,29 @@ def test_int8_blocks_by_quads_equal_them_by_pairs(n, k, group, rows):
     quads = packing.w8a16_packed(x, packed, act_int8=True)
     pairs = packing.w8a16_packed(x, packed, act_int8=True, int8_pairs=True)
     assert torch.equal(quads, pairs)
+
+
+@pytest.mark.slow
+def test_an_avx2_only_build_gives_this_builds_floats(tmp_path):
+    """cpu_pk_avx2.c (what an AVX2-only server multiplies with) against this CPU's own build
+    on the same packed weights: the same int32 block sums and the same fp32 epilogue, so equal
+    floats, for W8A16 and w8a8-dynamic's int8 blocks, every pass size (1-4 rows, chunks) and a
+    partial last strip. On a VNNI CPU this runs the AVX2 kernel, which its own build never
+    does."""
+    from support.kernels import avx2_only_build
+
+    lib = avx2_only_build(tmp_path)
+    assert lib.npc_w8a16_packs() == 1
+    for n, k, group, act_int8 in LAYERS:
+        w, scale = _layer(n, k, group, seed=3 * n + k)
+        packed = packing.pack_w8a16(w, scale, group)
+        for rows in (1, 2, 3, 4, 5, 9, 70):
+            x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows + k)) * 3
+            x[:, 5] = 200.0
+            own = packing.w8a16_packed(x, packed, act_int8)
+            avx2 = torch.empty(rows, n)
+            assert lib.npc_w8a16_packed(x.data_ptr(), packed.weight.data_ptr(),
+                                        packed.scale.data_ptr(), packed.group, int(act_int8),
+                                        avx2.data_ptr(), rows, n, k,
+                                        torch.get_num_threads()) == 0
+            assert torch.equal(own, avx2), (n, k, group, act_int8, rows)

@@ -106,7 +106,9 @@ class ModelsPage(Page):
                               kv_dtype=kv)
         text = (f"Needs about <b>{fmt_bytes(est.total_bytes)}</b>: weights "
                 f"{fmt_bytes(est.weight_bytes)}, KV cache {fmt_bytes(est.kv_bytes)} "
-                f"({est.kv_tokens:,} tokens, {kv}), overhead {fmt_bytes(est.overhead_bytes)}.")
+                f"(one sequence of {est.kv_tokens:,} tokens, {kv}), overhead "
+                f"{fmt_bytes(est.overhead_bytes)}. Once loaded, the engine sizes the cache "
+                f"of all its sequences to the memory left (the table's KV column).")
         if dev is not None and dev.free_memory:
             problem = fits_message(est, dev.free_memory, dev.label)
             text += f"<br>{fmt_bytes(dev.free_memory)} free on {dev.label}."

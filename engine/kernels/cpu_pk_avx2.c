@@ -7,7 +7,9 @@
  * block: the conversion and scaling of a block serve 8 channels, where the row-major grouped
  * loop (bf_tile) converts and scales each channel's block on its own. */
 #define PK_C 16
-#define PK_MR 4 /* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast (16 ymm) */
+/* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm; 5 and 6
+ * rows measured slower (tests/bench/bench_packed_int8.py's shapes, 2026-12-06) */
+#define PK_MR 4
 
 static inline __attribute__((always_inline)) void
 pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
@@ -15,8 +17,17 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
         const int nc) {
     const int16_t *q = (const int16_t *)a;
     const int64_t xsld = lda / QB;
-    __m256 out[PK_MR][2];
-    for (int i = 0; i < mr; i++) out[i][0] = out[i][1] = _mm256_setzero_ps();
+    /* the fp32 sums live in the output rows (or, for the last strip's padding, a local tile)
+     * between blocks, not in registers: held in 8 more ymm they pushed an int32 accumulator
+     * out to the stack, a store and a load on its chain every pair (5-13 % slower at 4-16
+     * rows, 15-20 % at 1) */
+    float tile[PK_MR * PK_C];
+    float *o = nc >= PK_C ? y : tile;
+    const int64_t ldo = nc >= PK_C ? ldy : PK_C;
+    for (int i = 0; i < mr; i++) {
+        _mm256_storeu_ps(o + i * ldo, _mm256_setzero_ps());
+        _mm256_storeu_ps(o + i * ldo + 8, _mm256_setzero_ps());
+    }
     const float *g = sp;
     int64_t left = gb;
     for (int64_t b = 0; b < nb; b++) {
@@ -24,10 +35,12 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
         for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
         __m256i acc[PK_MR][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4 /* 8 was 2-3 % faster at 4-16 rows but 15 % slower at one */
         for (int kp = 0; kp < QB / 2; kp++) {
-            const __m256i w8 = _mm256_loadu_si256((const __m256i *)(wb + kp * 2 * PK_C));
-            const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8));      /* ch 0-7 */
-            const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8, 1)); /* 8-15 */
+            const __m128i w0 = _mm_loadu_si128((const __m128i *)(wb + kp * 2 * PK_C));
+            const __m128i w1 = _mm_loadu_si128((const __m128i *)(wb + kp * 2 * PK_C + 16));
+            const __m256i lo = _mm256_cvtepi8_epi16(w0); /* ch 0-7 */
+            const __m256i hi = _mm256_cvtepi8_epi16(w1); /* 8-15 */
             for (int i = 0; i < mr; i++) {
                 int32_t pair;
                 memcpy(&pair, q + i * lda + b * QB + kp * 2, sizeof pair);
@@ -43,20 +56,19 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
         }
         for (int i = 0; i < mr; i++) {
             const __m256 s = _mm256_set1_ps(xs[i * xsld + b]);
-            out[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(sw0, s), out[i][0]);
-            out[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]), _mm256_mul_ps(sw1, s), out[i][1]);
+            float *oi = o + i * ldo;
+            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(sw0, s), _mm256_loadu_ps(oi)));
+            _mm256_storeu_ps(oi + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]), _mm256_mul_ps(sw1, s), _mm256_loadu_ps(oi + 8)));
         }
     }
-    float tail[PK_C];
     for (int i = 0; i < mr; i++) {
-        float *yi = nc >= PK_C ? y + i * ldy : tail;
-        for (int h = 0; h < 2; h++) {
-            __m256 v = out[i][h];
-            if (bias && nc >= PK_C) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * h));
-            _mm256_storeu_ps(yi + 8 * h, v);
+        if (nc >= PK_C) {
+            if (bias)
+                for (int h = 0; h < 2; h++)
+                    _mm256_storeu_ps(y + i * ldy + 8 * h, _mm256_add_ps(_mm256_loadu_ps(y + i * ldy + 8 * h), _mm256_loadu_ps(bias + 8 * h)));
+        } else { /* the last strip's padding channels are not the caller's */
+            for (int c = 0; c < nc; c++) y[i * ldy + c] = tile[i * PK_C + c] + (bias ? bias[c] : 0.0f);
         }
-        if (nc < PK_C) /* the last strip's padding channels are not the caller's */
-            for (int c = 0; c < nc; c++) y[i * ldy + c] = tail[c] + (bias ? bias[c] : 0.0f);
     }
 }
 
