@@ -8,7 +8,7 @@
  * loop (bf_tile) converts and scales each channel's block on its own. */
 #define PK_C 16
 /* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm; 5 and 6
- * rows measured slower (tests/bench/bench_packed_int8.py's shapes, 2026-12-06) */
+ * rows measured slower on SmolLM2's and Llama-2-7B's shapes (2026-12-06) */
 #define PK_MR 4
 
 static inline __attribute__((always_inline)) void
@@ -57,17 +57,22 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
         for (int i = 0; i < mr; i++) {
             const __m256 s = _mm256_set1_ps(xs[i * xsld + b]);
             float *oi = o + i * ldo;
-            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(sw0, s), _mm256_loadu_ps(oi)));
-            _mm256_storeu_ps(oi + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]), _mm256_mul_ps(sw1, s), _mm256_loadu_ps(oi + 8)));
+            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]),
+                                                 _mm256_mul_ps(sw0, s), _mm256_loadu_ps(oi)));
+            _mm256_storeu_ps(oi + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][1]),
+                                                     _mm256_mul_ps(sw1, s),
+                                                     _mm256_loadu_ps(oi + 8)));
         }
     }
     for (int i = 0; i < mr; i++) {
+        float *yi = y + i * ldy;
         if (nc >= PK_C) {
             if (bias)
                 for (int h = 0; h < 2; h++)
-                    _mm256_storeu_ps(y + i * ldy + 8 * h, _mm256_add_ps(_mm256_loadu_ps(y + i * ldy + 8 * h), _mm256_loadu_ps(bias + 8 * h)));
+                    _mm256_storeu_ps(yi + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yi + 8 * h),
+                                                               _mm256_loadu_ps(bias + 8 * h)));
         } else { /* the last strip's padding channels are not the caller's */
-            for (int c = 0; c < nc; c++) y[i * ldy + c] = tile[i * PK_C + c] + (bias ? bias[c] : 0.0f);
+            for (int c = 0; c < nc; c++) yi[c] = tile[i * PK_C + c] + (bias ? bias[c] : 0.0f);
         }
     }
 }
