@@ -33,33 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from npu_console.engine.models.loader import load_model
-    from npu_console.engine.paths import CALIB_DIR
-    from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.auto import (
-        calibration_samples,
-        eval_measure,
-        run_auto,
-        self_tokens_for,
-    )
+    from npu_console.engine.quant.auto import run_auto
     from npu_console.engine.quant.qlinear import QuantLinear
     from npu_console.engine.quant.workflow import QuantizeRequest
+    from static_dev import dev_data  # beside this script
 
-    loaded = load_model(args.model, device="cpu", dtype="float32")
-    tok = loaded.tokenizer
-    whole, docs = em.read_eval_text(CALIB_DIR / "heldout_en.txt", tok)
-
-    def dev(model) -> float:
-        with torch.inference_mode():
-            return em.evaluate_texts(model, tok, docs, "chunks", 512, whole=whole).perplexity
-
-    def draw(seed: int, tokens: int):
-        return calibration_samples(loaded.model, tok, None, 0, 0, loaded.files_dir, None,
-                                   None, self_tokens=tokens, seed=seed)
-
-    samples, source = draw(0, self_tokens_for("w8a8-static"))
-    own = eval_measure(tok, None, draw(args.own_text_seed, 256)[0])
-    base = {"dev": dev(loaded.model), "own": own(loaded.model)}
+    d = dev_data(args.model, "w8a8-static", args.own_text_seed)
+    loaded, tok, dev, own, samples, source = (d.loaded, d.loaded.tokenizer, d.dev, d.own,
+                                              d.samples, d.source)
+    base = {"dev": d.base_dev, "own": d.base_own}
     cfg = QuantizeRequest(model_dir="", out_dir=None, method="w8a8-static").config()
     model = run_auto(copy.deepcopy(loaded.model), tok, cfg, samples, source).model
 

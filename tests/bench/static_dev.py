@@ -17,7 +17,9 @@ import copy
 import json
 import re
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -25,27 +27,26 @@ KINDS = {"rot": ("random", False), "had": ("hadamard", False), "rv": ("random", 
          "hv": ("hadamard", True)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--variants", default="base,hv0")
-    ap.add_argument("--method", default="w8a8-static")
-    ap.add_argument("--own-text-seed", type=int, default=9)
-    args = ap.parse_args(argv)
+@dataclass
+class DevData:
+    """The float model, static's calibration samples and the two dev scores: perplexity on the
+    dev text and on the model's own text drawn with `own_text_seed` (never calibrated on)."""
+    loaded: Any
+    samples: list
+    source: str
+    dev: Callable[[Any], float]
+    own: Callable[[Any], float]
+    base_dev: float
+    base_own: float
 
+
+def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 9) -> DevData:
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.paths import CALIB_DIR
     from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.auto import (
-        calibration_samples,
-        eval_measure,
-        run_auto,
-        self_tokens_for,
-    )
-    from npu_console.engine.quant.rotate import rotate_residual
-    from npu_console.engine.quant.workflow import QuantizeRequest
+    from npu_console.engine.quant.auto import calibration_samples, eval_measure, self_tokens_for
 
-    loaded = load_model(args.model, device="cpu", dtype="float32")
+    loaded = load_model(model_path, device="cpu", dtype="float32")
     tok = loaded.tokenizer
     whole, docs = em.read_eval_text(CALIB_DIR / "heldout_en.txt", tok)
 
@@ -57,9 +58,26 @@ def main(argv: list[str] | None = None) -> int:
         return calibration_samples(loaded.model, tok, None, 0, 0, loaded.files_dir, None,
                                    None, self_tokens=tokens, seed=seed)
 
-    samples, source = draw(0, self_tokens_for(args.method))
-    own = eval_measure(tok, None, draw(args.own_text_seed, 256)[0])
-    base_dev, base_own = dev(loaded.model), own(loaded.model)
+    samples, source = draw(0, self_tokens_for(method))
+    own = eval_measure(tok, None, draw(own_text_seed, 256)[0])
+    return DevData(loaded, samples, source, dev, own, dev(loaded.model), own(loaded.model))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--variants", default="base,hv0")
+    ap.add_argument("--method", default="w8a8-static")
+    ap.add_argument("--own-text-seed", type=int, default=9)
+    args = ap.parse_args(argv)
+
+    from npu_console.engine.quant.auto import run_auto
+    from npu_console.engine.quant.rotate import rotate_residual
+    from npu_console.engine.quant.workflow import QuantizeRequest
+
+    d = dev_data(args.model, args.method, args.own_text_seed)
+    loaded, tok, dev, own = d.loaded, d.loaded.tokenizer, d.dev, d.own
+    samples, source, base_dev, base_own = d.samples, d.source, d.base_dev, d.base_own
     print(json.dumps({"float": {"dev": base_dev, "own": base_own}}), flush=True)
     cfg = QuantizeRequest(model_dir="", out_dir=None, method=args.method).config()
     for variant in args.variants.split(","):
