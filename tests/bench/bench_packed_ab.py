@@ -35,13 +35,10 @@ def build(src_dir: Path, out: Path) -> ctypes.CDLL:
     from npu_console.engine.kernels import native
 
     cc = shutil.which("cc") or shutil.which("gcc")
-    subprocess.run([cc, *native.build_flags(), "-o", str(out), str(src_dir / "cpu_decode.c")],
+    subprocess.run([cc, *native.build_flags(), "-o", str(out), str(src_dir / native.SOURCE.name)],
                    check=True)
     lib = ctypes.CDLL(str(out))
-    fn = lib.npc_w8a16_packed
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_int, ctypes.c_void_p] \
-        + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    native.declare(lib)  # the engine's own signatures for every entry point
     return lib
 
 
