@@ -4,6 +4,8 @@ Lanes (markers registered in pyproject.toml; Makefile targets run them):
 - default lane (`make test`): every test without one of the markers below; it checks behaviour,
   so it holds no tight timing or quality figure (those are benchmarks or the quality lane).
 - `@pytest.mark.quality` (`make test-quality`): numeric quality bars on real models.
+- `make test-avx2` (no marker of its own): on a CPU with AVX-512, the quality lane again with
+  every CPU path held to AVX2 (pytest_sessionstart below checks that they are).
 - `@pytest.mark.dist` (`make test-dist`): wheel, sdist, bundles, fresh venvs (`built_dists`
   builds the wheel once per session).
 - `@pytest.mark.bench` (`make test-bench`): needs tools built outside the project (llama.cpp).
@@ -90,6 +92,20 @@ SLOW_FILES_FIRST = (
     "test_console_remote.py", "test_fleet.py", "test_console_fleet.py", "test_api_server.py",
     "test_console_signals.py", "test_selfcalib_determinism.py", "test_gguf_families.py",
 )
+
+
+def pytest_sessionstart(session):
+    """The AVX2 lane (`make test-avx2`) is only worth its minutes if every CPU path really runs
+    AVX2: PyTorch's kernels (ATEN_CPU_CAPABILITY) and our int8 products (a Haswell build).
+    Checked once, before any test; a path that is not held stops the session."""
+    if os.environ.get("NPU_CONSOLE_AVX2_LANE") != "1" or hasattr(session.config, "workerinput"):
+        return
+    import torch
+    from npu_console.engine.kernels import native
+
+    held = {"torch": torch.backends.cpu.get_cpu_capability(), "int8 kernels": native.int8_isa()}
+    if held != {"torch": "AVX2", "int8 kernels": "avx2"}:
+        raise pytest.UsageError(f"the AVX2 lane's CPU paths are not held to AVX2: {held}")
 
 
 def pytest_collection_modifyitems(config, items):
