@@ -187,18 +187,18 @@ W8A8_PATH_SHAPES = SHAPES + [(1, 4, 64), (2, 9, 576), (4, 13, 129), (8, 12, 1536
                              (16, 67, 1000), (33, 5, 65)]
 
 
-@needs_native
 def _target_has_vnni() -> bool:
     """Whether the kernels' -march (this CPU's own, or NPU_CONSOLE_KERNEL_ARCH's, as the AVX2
     lane sets it) lets the compiler emit AVX512-VNNI, by gcc's own predefined macros."""
     march = next(f for f in native.build_flags() if f.startswith("-march="))
     if march == "-march=native":
         return True
-    out = subprocess.run(["cc", march, "-dM", "-E", "-"], input="", capture_output=True,
+    out = subprocess.run([native.c_compiler(), march, "-dM", "-E", "-"], input="", capture_output=True,
                          text=True, check=True).stdout
     return "__AVX512VNNI__" in out
 
 
+@needs_native
 def test_int8_isa_follows_the_cpu():
     """On a CPU with AVX512-VNNI (and BW/VL) this machine's build runs vpdpbusd; elsewhere, and
     where the kernels are built for an older -march, the AVX2 path. doctor and /v1/models

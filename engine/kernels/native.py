@@ -126,13 +126,18 @@ def _compile(argv: list[str], timeout_s: float) -> tuple[int, str]:
     return proc.returncode, err
 
 
+def c_compiler() -> str | None:
+    """The C compiler the kernels are built with: $CC, else cc, else gcc."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
 def build() -> BuildInfo:
     """Compile (or find the cached) shared object; never raises."""
     flags = cpu_flags()
     reason = _unavailable_reason(flags)
     if reason:
         return BuildInfo(None, reason)
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = c_compiler()
     if not cc or not shutil.which(cc):
         return BuildInfo(None, "no C compiler (install gcc)")
     src = b"".join(p.read_bytes() for p in SOURCES)
@@ -227,7 +232,7 @@ def buildable() -> bool:
     CPU's instructions and a C compiler): for plans shown before any work, on any thread."""
     if library.cache_info().currsize:
         return library() is not None
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = c_compiler()
     return _unavailable_reason(cpu_flags()) is None and bool(cc and shutil.which(cc))
 
 
