@@ -10,6 +10,11 @@
 /* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm; 5 and 6
  * rows measured slower on SmolLM2's and Llama-2-7B's shapes (2026-12-06) */
 #define PK_MR 4
+/* blocks ahead that the first pass over a strip asks for: weights come from memory once per
+ * step, and 2 blocks (1 KiB) was less than a DRAM read takes to arrive; 6-16 measured alike,
+ * 4-15 % faster than 2 on Llama-2-7B's cold shape, the same on shapes the cache holds
+ * (docs/benchmarks.md, "Prefetching the packed weights further ahead") */
+#define PK_PF 8
 
 static inline __attribute__((always_inline)) void
 pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
@@ -32,7 +37,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
     int64_t left = gb;
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *wb = wp + b * (PK_C * QB);
-        for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + 2 * PK_C * QB + l), _MM_HINT_T0);
+        for (int l = 0; l < PK_C * QB; l += 64) _mm_prefetch((const char *)(wb + PK_PF * PK_C * QB + l), _MM_HINT_T0);
         __m256i acc[PK_MR][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4 /* 8 was 2-3 % faster at 4-16 rows but 15 % slower at one */
