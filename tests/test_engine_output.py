@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from npu_console.engine.runtime.handle import LocalRequestHandle
 from npu_console.engine.runtime.metrics import EngineMetrics
 from npu_console.engine.runtime.output import RequestOutputs, TokenOutput, finish_event
@@ -92,3 +94,34 @@ def test_a_stream_waiting_for_its_tick_wakes_when_the_request_finishes():
 
     assert asyncio.run(scenario()) >= 0.04
     assert handle.done and not handle._finish_waiters
+
+
+def test_result_waits_for_the_finish_and_no_token_wakes_it():
+    """A thread blocked in result() returns with the whole completion once the finish arrives
+    (not before, and TimeoutError without one); meanwhile it does not wait on the condition
+    that every token push notifies, so a step's tokens wake nobody."""
+    metrics = EngineMetrics(64)
+    outputs = RequestOutputs(threading.Condition(), metrics)
+    seq, handle = _open(outputs, "r")
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(handle.result(timeout=30)))
+    waiter.start()
+    for tok in (4, 5, 6):
+        time.sleep(0.05)  # the waiter is blocked (again) by now
+        assert not handle._cond._waiters  # so this token wakes nobody
+        outputs.token(seq, tok)
+    time.sleep(0.05)
+    assert waiter.is_alive() and not got
+    finish, events = outputs.token(seq, 7)
+    outputs.finish(seq, "m", finish, pre_events=events)
+    waiter.join(10)
+    assert not waiter.is_alive()
+    (completion,) = got
+    assert completion.text == "<4><5><6><7>" and completion.token_ids == (4, 5, 6, 7)
+    assert completion.finish.finish_reason == "stop"
+
+    _, other = _open(outputs, "t")
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish"):
+        other.result(timeout=0.05)
+    assert time.monotonic() - t0 >= 0.04

@@ -103,6 +103,10 @@ class LocalRequestHandle(_Waiters):
         self._ids: list[int] = []
         self._callbacks: list[Callable[[list[Event]], None]] = []
         self._finish_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        # result() waits on this, not on the condition that every token push notifies: a
+        # waiter there was woken once a step to find nothing to do, taking a core from the
+        # step's threads and the GIL from the engine thread
+        self._finished = threading.Event()
 
     # ---------------------------------------------------------------- producer (engine thread)
     def _push(self, events: list[Event]) -> None:
@@ -119,6 +123,7 @@ class LocalRequestHandle(_Waiters):
             callbacks = list(self._callbacks)
             self._wake()
             if self._finish is not None:
+                self._finished.set()
                 finish_waiters, self._finish_waiters = self._finish_waiters, []
                 for loop, fut in finish_waiters:
                     try:
@@ -224,9 +229,9 @@ class LocalRequestHandle(_Waiters):
         return self._aiter()
 
     def result(self, timeout: float | None = None) -> Completion:
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
         with self._cond:
-            if not self._cond.wait_for(lambda: self._finish is not None, timeout):
-                raise TimeoutError(f"request {self.request_id} did not finish in {timeout} s")
             return Completion(self.request_id, "".join(self._text), tuple(self._ids),
                               self._finish, "".join(self._reasoning))
 
