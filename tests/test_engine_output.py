@@ -108,7 +108,9 @@ def test_result_waits_for_the_finish_and_no_token_wakes_it():
     waiter.start()
     for tok in (4, 5, 6):
         time.sleep(0.05)  # the waiter is blocked (again) by now
-        assert not handle._cond._waiters  # so this token wakes nobody
+        # CPython's Condition lists its blocked waiters in _waiters: none, so no token wakes
+        # the thread (before, each one did, once a step, to find the request unfinished)
+        assert not handle._cond._waiters
         outputs.token(seq, tok)
     time.sleep(0.05)
     assert waiter.is_alive() and not got

@@ -403,16 +403,9 @@ static void i8_tile_at(const gemm_t *g, int64_t m0, int mm, int64_t n0, int nn) 
 
 static inline int64_t blockfloat_ld(int64_t K) { return (K + QB - 1) / QB * QB; }
 
-/* Each block of QB values of a row gets the scale 2^(e-15), e the exponent that puts the
- * block's largest magnitude in [2^(e-1), 2^e), so that it lands in [2^14, 2^15); each value
- * becomes round-half-even(x / scale), exact but for that rounding (the scale is a power of
- * two). Rows are int16 with ldq = blockfloat_ld(K) >= K, the padding zero, and ldq / QB
- * scales each in xs. A block with a NaN or an infinity gets scale NaN (and zeros), so that its
- * outputs are NaN as the float product's would be; a block below 2^-110 (no finite 1 / scale)
- * is zero. */
 /* frexpf's exponent and ldexpf(1, k) from the bits, for normal floats and results (a block's
  * largest is >= 2^-110 and finite here, so e - 15 and 15 - e stay within [-126, 127]): the same
- * values without two libm calls per block through the PLT (about 1 % of a batch-16 step). */
+ * values without two libm calls per block through the PLT (about 0.5 % of a batch-16 step). */
 static inline int frexp_exponent(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
@@ -426,6 +419,13 @@ static inline float pow2f(int k) {
     return f;
 }
 
+/* Each block of QB values of a row gets the scale 2^(e-15), e the exponent that puts the
+ * block's largest magnitude in [2^(e-1), 2^e), so that it lands in [2^14, 2^15); each value
+ * becomes round-half-even(x / scale), exact but for that rounding (the scale is a power of
+ * two). Rows are int16 with ldq = blockfloat_ld(K) >= K, the padding zero, and ldq / QB
+ * scales each in xs. A block with a NaN or an infinity gets scale NaN (and zeros), so that its
+ * outputs are NaN as the float product's would be; a block below 2^-110 (no finite 1 / scale)
+ * is zero. */
 static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
                             float *xs) {
     const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(32767.0f),
