@@ -386,11 +386,6 @@ static void t16_gemm(const int16_t *q, int64_t ldq, const int8_t *w, const float
  * bytes, widened to one zmm). Scales: per strip and group, PK_C floats. */
 #define PK_C 16
 #define PK_MR 8 /* activation rows per pass over a strip: 8 int32 + 8 fp32 accumulators */
-/* blocks ahead that the first pass over a strip asks for: weights come from memory once per
- * step, and 2 blocks (1 KiB) was less than a DRAM read takes to arrive; 6-16 measured alike,
- * 4-15 % faster than 2 on Llama-2-7B's cold shape, the same on shapes the cache holds
- * (docs/benchmarks.md, "Prefetching the packed weights further ahead") */
-#define PK_PF 8
 
 /* ---- w8a8-dynamic's int8 blocks on the packed layout: vpdpbusd -----------------------------
  * The pair path carries int8 activations as int16 and multiplies pairs (vpdpwssd, 32 products per

@@ -10,11 +10,6 @@
 /* rows per pass: 8 int32 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm; 5 and 6
  * rows measured slower on SmolLM2's and Llama-2-7B's shapes (2026-12-06) */
 #define PK_MR 4
-/* blocks ahead that the first pass over a strip asks for: weights come from memory once per
- * step, and 2 blocks (1 KiB) was less than a DRAM read takes to arrive; 6-16 measured alike,
- * 4-15 % faster than 2 on Llama-2-7B's cold shape, the same on shapes the cache holds
- * (docs/benchmarks.md, "Prefetching the packed weights further ahead") */
-#define PK_PF 8
 
 static inline __attribute__((always_inline)) void
 pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
