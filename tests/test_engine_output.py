@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-
 from npu_console.engine.runtime.handle import LocalRequestHandle
 from npu_console.engine.runtime.metrics import EngineMetrics
 from npu_console.engine.runtime.output import RequestOutputs, TokenOutput, finish_event

@@ -117,6 +117,24 @@ def test_rows_read_from_the_packed_copy_are_the_plain_rows():
     assert torch.equal(q, w[ids]) and torch.equal(s, scale[ids])
 
 
+@pytest.mark.parametrize("n,k,group", [(37, 128, 32), (37, 128, 64), (20, 96, 0)])
+def test_float_rows_from_the_packed_copy_equal_the_dequantized_plain_rows(n, k, group):
+    """The native lookup of a tied embedding's rows gives each int8 times its scale, the floats
+    the PyTorch reader gives (per group and per channel; rows of the padded last strip); an id
+    past the last row is refused with IndexError, not read from the padding."""
+    w, scale = _layer(n, k, group, seed=8 + group)
+    packed = packing.pack_w8a16(w, scale, group)
+    ids = torch.tensor([[0, n - 1, 17], [15, 16, n - 2]])
+    per = scale[ids].unsqueeze(-1) if group == 0 else scale[ids].repeat_interleave(group, -1)
+    want = w[ids].float() * per
+    got = packed.dequant_rows(ids)
+    assert got.shape == (2, 3, k) and torch.equal(got, want)
+    with pytest.raises(IndexError, match="out of range"):
+        packed.dequant_rows(torch.tensor([n]))
+    with pytest.raises(IndexError, match="out of range"):
+        packed.dequant_rows(torch.tensor([3, -1]))
+
+
 @pytest.mark.parametrize("n,k,group", [(67, 384, 0), (16, 96, 0), (40, 256, 64), (5, 64, 32)])
 @pytest.mark.parametrize("rows", [1, 3, 8, 9, 70])
 def test_int8_blocks_by_quads_equal_them_by_pairs(n, k, group, rows):

@@ -93,11 +93,61 @@ static int scratch_fits(const i8_scratch_t *s, const npc_linear_t *L, int kind, 
             (s->per_token == L->per_token && (L->per_token || s->static_scale == L->static_scale)));
 }
 
+static void rmsnorm(const float *x, const float *w, float eps, float *out, int64_t rows,
+                    int64_t n);
+static void silu_mul(const float *g, float *u, int64_t n);
+static void gelu_tanh_mul(const float *g, float *u, int64_t n);
+static void add_into(float *h, const float *y, int64_t n);
+
+/* What a layer's product needs done to its input rows first, row by row (prep_row), each part
+ * optional, in this order: the residual add h += norm(add) (an attention or MLP output, with
+ * Gemma's sandwich norm), the norm xn = rmsnorm(h), the gate u = act(gate) * u, and (quant.x
+ * not NULL) the rows' conversion to blocks. On the packed products the product's threads share
+ * it out by rows (pk_pre_t); before any other product it runs on the calling thread. */
+typedef struct {
+    const npc_model_t *md;
+    float *h, *add;
+    const float *add_norm, *norm;
+    float *xn;
+    const float *gate;
+    float *u;
+#if NPC_PACKED
+    pk_quant_t quant;
+#endif
+} prep_t;
+
+static void prep_row(const void *ctx, int64_t m) {
+    const prep_t *p = (const prep_t *)ctx;
+    /* a prep of the conversion alone (linear's own) has no model */
+    const int64_t H = p->md ? p->md->hidden : 0, I = p->md ? p->md->inter : 0;
+    if (p->add) {
+        float *a = p->add + m * H;
+        if (p->add_norm) rmsnorm(a, p->add_norm, p->md->eps, a, 1, H);
+        add_into(p->h + m * H, a, H);
+    }
+    if (p->norm) rmsnorm(p->h + m * H, p->norm, p->md->eps, p->xn + m * H, 1, H);
+    if (p->gate)
+        (p->md->act == NPC_GELU_TANH ? gelu_tanh_mul : silu_mul)(p->gate + m * I, p->u + m * I, I);
+#if NPC_PACKED
+    if (p->quant.x) pk_quant_row(&p->quant, m);
+#endif
+}
+
 /* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the fp32 and
- * W8A16 products add the bias in their epilogue, W8A8 after it */
-static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
+ * W8A16 products add the bias in their epilogue, W8A8 after it. prep (or NULL): the work on
+ * the rows that must come first (prep_t; its quant is set here). */
+static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y, int64_t M,
                    i8_scratch_t *s, int same_x, int nthreads) {
     const int64_t N = L->n, K = L->k;
+#if NPC_PACKED
+    if (prep) prep->quant.x = NULL;
+    /* a packed product prepares the rows itself, with its threads (pk_pre_t) */
+    const int packs = L->packed && (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK);
+#else
+    const int packs = 0;
+#endif
+    if (prep && !packs)
+        for (int64_t m = 0; m < M; m++) prep_row(prep, m);
     if (L->kind == NPC_F32) {
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
         run(&g, f32_stream, f32_tile_at, 3, 4 * K, nthreads);
@@ -115,23 +165,23 @@ static void linear(const npc_linear_t *L, const float *x, float *y, int64_t M,
     s->static_scale = L->static_scale;
     if (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK) {
         const int64_t ldq = blockfloat_ld(K);
-#if NPC_VNNI
-        if (kind == NPC_W8A8_BLOCK_U8) {
-            if (!fits) blockint8_rows_u8(x, M, K, (uint8_t *)s->q, s->sx);
-            pk_gemm(s->q, K, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
-                    M, N, K, nthreads, 1);
+#if NPC_PACKED
+        if (packs) {
+            const int u8 = kind == NPC_W8A8_BLOCK_U8;
+            prep_t none = {0};
+            prep_t *p = prep ? prep : &none;
+            if (!fits)
+                p->quant = (pk_quant_t){x, K, u8 ? K : ldq, s->q, s->sx,
+                                        u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT
+                                                                            : PK_Q_INT8};
+            const pk_pre_t pre = {prep_row, p};
+            pk_gemm(s->q, u8 ? K : ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
+                    L->bias, y, M, N, K, nthreads, u8, prep || !fits ? &pre : NULL);
             return;
         }
 #endif
         if (!fits)
             (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
-#if NPC_PACKED
-        if (L->packed) {
-            pk_gemm(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB, L->bias, y,
-                    M, N, K, nthreads, 0);
-            return;
-        }
-#endif
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
                    K, nthreads);
     } else {
@@ -262,15 +312,22 @@ static inline __attribute__((always_inline)) float kv_at(const void *c, int64_t 
 #endif
 }
 
-static inline void kv_put(void *c, int64_t i, float x, const int half) {
+/* n values from x into the cache at element i, as fp32 or (half) fp16 rounded to nearest even.
+ * Eight at a time: one scalar conversion and 16-bit store per value took 2-3 % of a batch-16
+ * step while the other thread waited (perf, 2026-12-07). */
+static inline void kv_put(void *c, int64_t i, const float *x, int64_t n, const int half) {
     if (!half) {
-        ((float *)c)[i] = x;
+        memcpy((float *)c + i, x, (size_t)n * sizeof(float));
         return;
     }
+    int64_t j = 0;
 #if defined(__aarch64__)
-    ((__fp16 *)c)[i] = (__fp16)x;
+    for (; j < n; j++) ((__fp16 *)c)[i + j] = (__fp16)x[j];
 #else
-    ((uint16_t *)c)[i] = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)((uint16_t *)c + i + j),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; j++) ((uint16_t *)c)[i + j] = _cvtss_sh(x[j], _MM_FROUND_TO_NEAREST_INT);
 #endif
 }
 
@@ -581,12 +638,17 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
           *sx = p + (int64_t)nt * ATT_GH * ml;
     i8_scratch_t s = {q16, sx, -1, 0, 0, 0.0f};
 
+    /* the last MLP output (and its sandwich norm), added into h by the next layer's first
+     * product as it prepares its rows */
+    float *pending = NULL;
+    const float *pending_norm = NULL;
     for (int li = 0; li < md->n_layers; li++) {
         const npc_layer_t *L = layers + li;
-        rmsnorm(h, L->in_norm, md->eps, x, M, H);
-        linear(&L->q, x, q, M, &s, 0, nt);
-        linear(&L->k, x, k, M, &s, 1, nt);
-        linear(&L->v, x, v, M, &s, 1, nt);
+        prep_t in = {.md = md, .h = h, .add = pending, .add_norm = pending_norm,
+                     .norm = L->in_norm, .xn = x};
+        linear(&L->q, &in, x, q, M, &s, 0, nt);
+        linear(&L->k, NULL, x, k, M, &s, 1, nt);
+        linear(&L->v, NULL, x, v, M, &s, 1, nt);
         if (L->q_norm) rmsnorm(q, L->q_norm, md->qk_eps, q, M * nh, hd);
         if (L->k_norm) rmsnorm(k, L->k_norm, md->qk_eps, k, M * kvh, hd);
         const int64_t rd = md->rot_dim;
@@ -596,23 +658,25 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
             rope(k + m * kvh * hd, kvh, hd, rd, lc + m * rd, ls + m * rd);
             for (int64_t g = 0; g < kvh; g++) {
                 const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
-                for (int64_t i = 0; i < hd; i++) {
-                    kv_put(L->kc, at + i, k[(m * kvh + g) * hd + i], md->kv_half);
-                    kv_put(L->vc, at + i, v[(m * kvh + g) * hd + i], md->kv_half);
-                }
+                kv_put(L->kc, at, k + (m * kvh + g) * hd, hd, md->kv_half);
+                kv_put(L->vc, at, v + (m * kvh + g) * hd, hd, md->kv_half);
             }
         }
         attention(md, L, q, att, M, slots, pos, p, nt);
-        linear(&L->o, att, y, M, &s, 0, nt);
-        if (L->attn_out_norm) rmsnorm(y, L->attn_out_norm, md->eps, y, M, H);
-        add_into(h, y, M * H);
-        rmsnorm(h, L->post_norm, md->eps, x, M, H);
-        linear(&L->gate, x, y, M, &s, 0, nt);
-        linear(&L->up, x, u, M, &s, 1, nt);
-        (md->act == NPC_GELU_TANH ? gelu_tanh_mul : silu_mul)(y, u, M * I);
-        linear(&L->down, u, y, M, &s, 0, nt);
-        if (L->mlp_out_norm) rmsnorm(y, L->mlp_out_norm, md->eps, y, M, H);
-        add_into(h, y, M * H);
+        linear(&L->o, NULL, att, y, M, &s, 0, nt);
+        /* y (o's output) is read by the rows' work before gate's product writes over it */
+        prep_t post = {.md = md, .h = h, .add = y, .add_norm = L->attn_out_norm,
+                       .norm = L->post_norm, .xn = x};
+        linear(&L->gate, &post, x, y, M, &s, 0, nt);
+        linear(&L->up, NULL, x, u, M, &s, 1, nt);
+        prep_t act = {.md = md, .gate = y, .u = u};
+        linear(&L->down, &act, u, y, M, &s, 0, nt);
+        pending = y;
+        pending_norm = L->mlp_out_norm;
+    }
+    if (pending) {
+        const prep_t last = {.md = md, .h = h, .add = pending, .add_norm = pending_norm};
+        for (int64_t m = 0; m < M; m++) prep_row(&last, m);
     }
     free(buf);
     free(q16);

@@ -754,28 +754,72 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
 #endif
 
 #if NPC_PACKED
+/* Activation rows to the blocks a packed product reads, one row at a time (pk_quant_row):
+ * x [M, K] fp32 -> q and their block scales xs, as blockfloat_rows (kind PK_Q_FLOAT),
+ * blockint8_rows (PK_Q_INT8) or, on VNNI builds, blockint8_rows_u8 (PK_Q_U8; ldq = K bytes) */
+enum { PK_Q_FLOAT = 0, PK_Q_INT8 = 1, PK_Q_U8 = 2 };
+typedef struct {
+    const float *x;
+    int64_t K, ldq;
+    void *q;
+    float *xs;
+    int kind;
+} pk_quant_t;
+
+static void pk_quant_row(const pk_quant_t *c, int64_t m) {
+    const float *x = c->x + m * c->K;
+#if NPC_VNNI
+    if (c->kind == PK_Q_U8) {
+        blockint8_rows_u8(x, 1, c->K, (uint8_t *)c->q + m * c->ldq, c->xs + m * (c->ldq / QB));
+        return;
+    }
+#endif
+    (c->kind == PK_Q_INT8 ? blockint8_rows : blockfloat_rows)(
+        x, 1, c->K, (int16_t *)c->q + m * c->ldq, c->ldq, c->xs + m * (c->ldq / QB));
+}
+
+/* Work on the activation rows before a packed product, shared out by rows among the product's
+ * own threads: row(ctx, m) prepares row m (a decode layer's norm, residual add, SiLU, and the
+ * rows' conversion to blocks), and after one barrier the same threads multiply. Done by the
+ * calling thread alone before the product, that work kept the other thread waiting: 2-5 % of a
+ * decode step at batch 8-16 (docs/benchmarks.md, "The rows' work shared by the threads"). */
+typedef struct {
+    void (*row)(const void *ctx, int64_t m);
+    const void *ctx;
+} pk_pre_t;
+
+static void pk_quant_rows_pre(const void *ctx, int64_t m) { pk_quant_row((const pk_quant_t *)ctx, m); }
+
 /* M activation rows times the packed weight of N channels with scales per group of gb blocks
  * (K = nb * QB inputs): int16 rows (blockfloat_rows, lda >= K elements apart) by pairs, or,
  * on VNNI builds, with quads u8 rows (blockint8_rows_u8, lda = K bytes apart). Passes of
  * PK_MR rows over a strip (pk_rows_any: cpu_i8_vnni.c or cpu_pk_avx2.c); the rows go in
- * chunks that stay in L2 while every strip passes over them (one chunk for a decode step) */
+ * chunks that stay in L2 while every strip passes over them (one chunk for a decode step).
+ * pre (or NULL) prepares the rows first, in the same parallel region. */
 static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                     const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads, int quads) {
+                    int64_t N, int64_t K, int nthreads, int quads, const pk_pre_t *pre) {
     const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
     const int64_t row_bytes = quads ? lda : 2 * lda;
     int64_t mb = (256 * 1024) / row_bytes;
     mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
-    for (int64_t b0 = 0; b0 < M; b0 += mb) {
-        const int64_t b1 = M - b0 < mb ? M : b0 + mb;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-        for (int64_t s = 0; s < S; s++) {
-            const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
-            for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
-                            wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
-                            bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
-                            (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        if (pre) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) pre->row(pre->ctx, m);
+        }
+        for (int64_t b0 = 0; b0 < M; b0 += mb) {
+            const int64_t b1 = M - b0 < mb ? M : b0 + mb;
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < S; s++) {
+                const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
+                for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
+                    pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
+                                wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
+                                bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
+                                (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
+            }
         }
     }
 }
@@ -906,6 +950,41 @@ int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N
 #endif
 }
 
+/* out[i, :] = row ids[i] of a packed weight (npc_w8a16_pack: N rows of K, scales per group)
+ * dequantized, each value its int8 times its scale in one fp32 multiply, as the PyTorch reader
+ * of the packed copy computes it: a tied embedding's lookups, read from the packed head (the
+ * dozen PyTorch ops of that reader took 0.2-0.3 ms of every decode step). Returns 0, -2 for a
+ * group the layout does not take, -5 when an id is outside [0, N) (nothing is written then),
+ * -3 on a build without the packed layout. */
+int npc_w8a16_packed_rows(const int8_t *wp, const float *sp, int64_t group, int64_t N, int64_t K,
+                          const int64_t *ids, int64_t n, float *out) {
+#if NPC_PACKED
+    if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= N) return -5;
+    const int64_t ng = K / group;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t strip = ids[i] / PK_C, c = ids[i] % PK_C;
+        const int8_t *w = wp + strip * PK_C * K + 2 * c;
+        const float *s = sp + strip * PK_C * ng + c;
+        float *o = out + i * K;
+        for (int64_t b = 0; b < K / QB; b++) {
+            const float sc = s[b * QB / group * PK_C]; /* a group is whole blocks */
+            const int8_t *wb = w + b * PK_C * QB;
+            /* the block's input pairs are 2 * PK_C bytes apart, channel c's two at 2c */
+            for (int kp = 0; kp < QB / 2; kp++) {
+                o[b * QB + 2 * kp] = (float)wb[kp * 2 * PK_C] * sc;
+                o[b * QB + 2 * kp + 1] = (float)wb[kp * 2 * PK_C + 1] * sc;
+            }
+        }
+    }
+    return 0;
+#else
+    (void)wp; (void)sp; (void)group; (void)N; (void)K; (void)ids; (void)n; (void)out;
+    return -3;
+#endif
+}
+
 /* The whole layer on the packed weight (npc_w8a16_pack; group K for per-channel scales), the
  * activations as 16-bit block floating point (W8A16) or, with act_int8, int8 per block of QB
  * (w8a8-dynamic's blocks, blockint8_rows); returns as npc_w8a16_grouped, and -3 on a build
@@ -922,15 +1001,18 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
         free(xs);
         return -1;
     }
+    /* the rows' conversion to blocks shared by the product's threads (prefill: hundreds) */
 #if NPC_VNNI
     if (act_int8 && act_int8 != 2) { /* 2: the pair product, to compare (tests) */
-        blockint8_rows_u8(x, M, K, (uint8_t *)q, xs);
-        pk_gemm(q, K, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 1);
+        const pk_quant_t c = {x, K, K, q, xs, PK_Q_U8};
+        const pk_pre_t pre = {pk_quant_rows_pre, &c};
+        pk_gemm(q, K, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 1, &pre);
     } else
 #endif
     { /* AVX2 builds multiply int8 blocks by pairs too */
-        (act_int8 ? blockint8_rows : blockfloat_rows)(x, M, K, q, ldq, xs);
-        pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 0);
+        const pk_quant_t c = {x, K, ldq, q, xs, act_int8 ? PK_Q_INT8 : PK_Q_FLOAT};
+        const pk_pre_t pre = {pk_quant_rows_pre, &c};
+        pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 0, &pre);
     }
     free(q);
     free(xs);

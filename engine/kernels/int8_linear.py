@@ -33,6 +33,15 @@ def apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):
     return out
 
 
+def dequantize_rows(q: torch.Tensor, scale: torch.Tensor, id_dims: int) -> torch.Tensor:
+    """fp32 rows from int8 rows q (*ids, K) and their scales: (*ids) per row, or (*ids, K / g)
+    per group of g inputs (a GGUF's Q8_0 table: 32); id_dims = len(ids)."""
+    rows = q.to(torch.float32)
+    if scale.dim() > id_dims:
+        return (rows.unflatten(-1, (scale.shape[-1], -1)) * scale.unsqueeze(-1)).flatten(-2)
+    return rows * scale.unsqueeze(-1)
+
+
 class Int8Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, method: str, *, bias: bool,
                  group_size: int = 0, dtype: torch.dtype = torch.float32):
@@ -109,6 +118,14 @@ class Int8Linear(nn.Module):
             return self.weight[ids], self.weight_scale[ids]
         q, scale = self._packed_copy().rows(ids)
         return q, scale if self.group_size else scale.squeeze(-1)
+
+    def float_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """fp32 rows (*ids.shape, K) of the dequantized weight: a tied embedding's lookup. From
+        the packed copy in one native call where serving released the plain weight."""
+        if not self.weight.numel() and self.packed is not None and ids.device.type == "cpu":
+            return self.packed.dequant_rows(ids)
+        q, scale = self.weight_rows(ids)
+        return dequantize_rows(q, scale, ids.dim())
 
     def plain_scale(self) -> torch.Tensor:
         """The fp32 weight scales ((N,) or (N, K / group)), rebuilt like plain_weight."""

@@ -219,6 +219,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_w8a16_pack.restype = _INT
     lib.npc_w8a16_packed.argtypes = [_P, _P, _P, _I64, _INT, _P, _I64, _I64, _I64, _INT]
     lib.npc_w8a16_packed.restype = _INT
+    lib.npc_w8a16_packed_rows.argtypes = [_P, _P, _I64, _I64, _I64, _P, _I64, _P]
+    lib.npc_w8a16_packed_rows.restype = _INT
     lib.npc_int8_isa.argtypes = []
     lib.npc_int8_isa.restype = ctypes.c_char_p
 

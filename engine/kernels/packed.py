@@ -71,6 +71,20 @@ class PackedW8A16:
         return (q.reshape(*ids.shape, k),
                 self.scale.view(strips, ng, c)[strip, :, lane])
 
+    def dequant_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """fp32 rows (*ids.shape, K) of output channels `ids`, each int8 times its scale: what
+        rows() and a multiply give, in one native call instead of a dozen PyTorch ops (a tied
+        embedding's lookup, every decode step)."""
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        out = torch.empty(flat.numel(), self.in_features, dtype=torch.float32)
+        rc = library().npc_w8a16_packed_rows(
+            self.weight.data_ptr(), self.scale.data_ptr(), self.group, self.out_features,
+            self.in_features, flat.data_ptr(), flat.numel(), out.data_ptr())
+        if rc == -5:
+            raise IndexError(f"row index out of range: rows are 0..{self.out_features - 1}")
+        _check(rc, flat.numel(), self.in_features, self.group)
+        return out.view(*ids.shape, self.in_features)
+
     def strip_offsets(self, row0: int) -> tuple[int, int]:
         """(weight, scale) addresses of the strip that starts at output channel row0."""
         strip = row0 // PACK_CHANNELS

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..kernels import qmath
-from ..kernels.int8_linear import Int8Linear, apply_keeping_fp32_scales
+from ..kernels.int8_linear import Int8Linear, apply_keeping_fp32_scales, dequantize_rows
 
 
 class QuantLinear(Int8Linear):
@@ -86,21 +86,14 @@ class QuantEmbedding(nn.Module):
     def is_tied(self) -> bool:
         return self._tied is not None
 
-    def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._tied is not None:
-            return self._tied[0].weight_rows(ids)
-        return self.weight[ids], self.weight_scale[ids]
-
     def _apply(self, fn, recurse=True):
         return apply_keeping_fp32_scales(self, fn, recurse)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        q, s = self._rows(ids)
-        rows = q.to(torch.float32)
-        if s.dim() > ids.dim():  # one scale per group of columns (a GGUF's Q8_0 table: 32)
-            rows = (rows.unflatten(-1, (s.shape[-1], -1)) * s.unsqueeze(-1)).flatten(-2)
+        if self._tied is not None:
+            rows = self._tied[0].float_rows(ids)
         else:
-            rows = rows * s.unsqueeze(-1)
+            rows = dequantize_rows(self.weight[ids], self.weight_scale[ids], ids.dim())
         if self.embed_scale != 1.0:
             # as the float module does it: the scale rounded to the float dtype first
             rows = rows.to(self.float_dtype) * torch.tensor(self.embed_scale,
