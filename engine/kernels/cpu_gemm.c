@@ -1001,19 +1001,15 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
         free(xs);
         return -1;
     }
+    /* AVX2 builds multiply int8 blocks by pairs too; 2: the pair product, to compare (tests) */
+    const int quads = NPC_VNNI && act_int8 == 1;
+    const pk_quant_t c = {x, K, quads ? K : ldq, q, xs,
+                          quads ? PK_Q_U8 : act_int8 ? PK_Q_INT8 : PK_Q_FLOAT};
     /* the rows' conversion to blocks shared by the product's threads (prefill: hundreds) */
-#if NPC_VNNI
-    if (act_int8 && act_int8 != 2) { /* 2: the pair product, to compare (tests) */
-        const pk_quant_t c = {x, K, K, q, xs, PK_Q_U8};
-        const pk_pre_t pre = {pk_quant_rows_pre, &c};
-        pk_gemm(q, K, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 1, &pre);
-    } else
-#endif
-    { /* AVX2 builds multiply int8 blocks by pairs too */
-        const pk_quant_t c = {x, K, ldq, q, xs, act_int8 ? PK_Q_INT8 : PK_Q_FLOAT};
-        const pk_pre_t pre = {pk_quant_rows_pre, &c};
-        pk_gemm(q, ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, 0, &pre);
-    }
+    const pk_pre_t pre = {pk_quant_rows_pre, &c};
+    if (M == 1) pk_quant_row(&c, 0);
+    pk_gemm(q, c.ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, quads,
+            M > 1 ? &pre : NULL);
     free(q);
     free(xs);
     return 0;
