@@ -188,3 +188,33 @@ def test_int8_methods_match_the_quantized_model(family, method):
         out = runner.execute([ScheduledSeq(s, s.num_tokens - 1, 1) for s in seqs], 2)
         for row, s in enumerate(seqs):
             assert (out[row] - ref[row][s.num_tokens - 1]).abs().max() < tol, (family, row)
+
+
+@pytest.mark.parametrize("family,rope", [
+    *[(f, None) for f in FAMILIES],
+    ("llama", {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32}),
+    ("llama", {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}),
+])
+def test_rotary_rows_from_the_table_equal_the_model_s_own(family, rope):
+    """A family reads its rotary rows from a table the model's rotary_emb computed once (on
+    CPU, RoPE types whose frequencies do not follow the sequence length): every row equals
+    what rotary_emb gives for the step's positions alone, bit for bit, each layer kind
+    (Gemma 3's local and global); the table grows past its first length. "dynamic" RoPE
+    follows the positions each step, so it is computed each step, as transformers does."""
+    overrides = {"rope_parameters": rope, "max_position_embeddings": 64} if rope else {}
+    model = tiny(family, **overrides).model
+    fam, why = families.build(model, max_len=600)
+    assert fam is not None, why
+    h = torch.zeros(1, 3, model.config.hidden_size)
+    kinds = sorted(set(model.config.layer_types)) if family == "gemma3" else [None]
+    with torch.inference_mode():
+        for pos in ([0, 7, 3], [100, 5, 99], [599, 300, 1]):  # 599: past the first table
+            pos_t = torch.tensor(pos)
+            for kind in kinds:
+                want = model.model.rotary_emb(h, pos_t[None], *([kind] if kind else []))
+                got = fam.rope_rows(h, pos_t, kind)
+                assert torch.equal(got[0], want[0][0]) and torch.equal(got[1], want[1][0])
+    assert fam._rope_is_static == (rope is None or rope["rope_type"] != "dynamic")
+    assert bool(fam._rope_cache) == fam._rope_is_static

@@ -28,8 +28,8 @@ class Family(gemma2.Family):
     def rotary_tables(self, h: torch.Tensor, pos_t: torch.Tensor) -> list[tuple]:
         out = []
         for kind in self._kinds():
-            cos, sin = self.inner.rotary_emb(h, pos_t[None], kind)
-            out.append((cos[0][:, None, :], sin[0][:, None, :]))
+            cos, sin = self.rope_rows(h, pos_t, kind)
+            out.append((cos[:, None, :], sin[:, None, :]))
         return out
 
     @cached_property
