@@ -54,9 +54,11 @@ def main() -> int:
                 t = [time.perf_counter()]
                 h = runner.inner.embed_tokens(ids).contiguous()
                 t.append(time.perf_counter())
-                cos, sin = runner.inner.rotary_emb(h[None], pos[None])
+                tables = runner.family.rotary_tables(h[None], pos)  # as the runner reads them
+                cos = torch.stack([c[:, 0] for c, _ in tables])
+                sin = torch.stack([s[:, 0] for _, s in tables])
                 t.append(time.perf_counter())
-                plan.run(h, slots, pos, cos[0], sin[0])
+                plan.run(h, slots, pos, cos, sin)
                 t.append(time.perf_counter())
                 normed = plan.final_norm(h)
                 t.append(time.perf_counter())
