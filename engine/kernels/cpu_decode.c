@@ -146,7 +146,7 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
     /* one row cannot be shared: then the product's region would only add a barrier */
     const int shared = packs && M > 1;
 #else
-    const int packs = 0, shared = 0;
+    const int shared = 0;
 #endif
     if (prep && !shared)
         for (int64_t m = 0; m < M; m++) prep_row(prep, m);
