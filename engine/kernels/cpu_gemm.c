@@ -788,7 +788,9 @@ typedef struct {
     const void *ctx;
 } pk_pre_t;
 
-static void pk_quant_rows_pre(const void *ctx, int64_t m) { pk_quant_row((const pk_quant_t *)ctx, m); }
+static void pk_quant_rows_pre(const void *ctx, int64_t m) {
+    pk_quant_row((const pk_quant_t *)ctx, m);
+}
 
 /* M activation rows times the packed weight of N channels with scales per group of gb blocks
  * (K = nb * QB inputs): int16 rows (blockfloat_rows, lda >= K elements apart) by pairs, or,
