@@ -143,12 +143,10 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
     if (prep) prep->quant.x = NULL;
     /* a packed product prepares its rows itself, shared by its threads (pk_pre_t) */
     const int packs = L->packed && (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK);
-    /* one row cannot be shared: then the product's region would only add a barrier */
-    const int shared = packs && M > 1;
 #else
-    const int shared = 0;
+    const int packs = 0;
 #endif
-    if (prep && !shared)
+    if (prep && !packs)
         for (int64_t m = 0; m < M; m++) prep_row(prep, m);
     if (L->kind == NPC_F32) {
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
@@ -173,20 +171,12 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
             const pk_quant_t quant = {fits ? NULL : x, K, u8 ? K : ldq, s->q, s->sx,
                                       u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT
                                                                           : PK_Q_INT8};
-            const int64_t lda = u8 ? K : ldq;
-            if (shared) {
-                prep_t own = {0};
-                prep_t *p = prep ? prep : &own;
-                p->quant = quant;
-                const pk_pre_t pre = {prep_row, p};
-                pk_gemm(s->q, lda, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
-                        L->bias, y, M, N, K, nthreads, u8, prep || !fits ? &pre : NULL);
-            } else { /* one row: its work (above) and conversion here, then the product */
-                if (!fits)
-                    for (int64_t m = 0; m < M; m++) pk_quant_row(&quant, m);
-                pk_gemm(s->q, lda, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
-                        L->bias, y, M, N, K, nthreads, u8, NULL);
-            }
+            prep_t own = {0};
+            prep_t *p = prep ? prep : &own;
+            p->quant = quant;
+            const pk_pre_t pre = {prep_row, p};
+            pk_gemm(s->q, u8 ? K : ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
+                    L->bias, y, M, N, K, nthreads, u8, prep || !fits ? &pre : NULL);
             return;
         }
 #endif

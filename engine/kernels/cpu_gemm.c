@@ -805,6 +805,10 @@ static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *w
     const int64_t row_bytes = quads ? lda : 2 * lda;
     int64_t mb = (256 * 1024) / row_bytes;
     mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
+    if (pre && M == 1) { /* one row cannot be shared: in the region it would only add a barrier */
+        pre->row(pre->ctx, 0);
+        pre = NULL;
+    }
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         if (pre) {
@@ -1009,9 +1013,7 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
                           quads ? PK_Q_U8 : act_int8 ? PK_Q_INT8 : PK_Q_FLOAT};
     /* the rows' conversion to blocks shared by the product's threads (prefill: hundreds) */
     const pk_pre_t pre = {pk_quant_rows_pre, &c};
-    if (M == 1) pk_quant_row(&c, 0);
-    pk_gemm(q, c.ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, quads,
-            M > 1 ? &pre : NULL);
+    pk_gemm(q, c.ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, quads, &pre);
     free(q);
     free(xs);
     return 0;

@@ -123,7 +123,7 @@ class DecoderFamily:
         (every RoPE type but "dynamic" and "longrope"), rows of a table the model's own
         rotary_emb computed once, grown by doubling: its half-dozen ops took 0.1-0.17 ms of
         every decode step. Each entry is one product and its cos / sin, so the rows equal what
-        the module gives for these positions alone (tests/test_families.py)."""
+        the module gives for these positions alone (tests/test_model_families.py)."""
         args = () if kind is None else (kind,)
         if h.device.type != "cpu" or not self._rope_is_static or not pos_t.numel():
             cos, sin = self.inner.rotary_emb(h, pos_t[None], *args)
@@ -131,8 +131,8 @@ class DecoderFamily:
         need = int(pos_t.max()) + 1
         table = self._rope_cache.get(kind)
         if table is None or table[0].shape[0] < need or table[0].dtype != h.dtype:
-            rows = min(max(need, 2 * (table[0].shape[0] if table is not None else 128)),
-                       max(need, self.max_len))
+            grown = 2 * table[0].shape[0] if table is not None else 128
+            rows = max(need, min(grown, self.max_len))
             cos, sin = self.inner.rotary_emb(h, torch.arange(rows)[None], *args)
             table = self._rope_cache[kind] = (cos[0], sin[0])
         return table[0][pos_t], table[1][pos_t]
