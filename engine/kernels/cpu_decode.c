@@ -133,6 +133,40 @@ static void prep_row(const void *ctx, int64_t m) {
 #endif
 }
 
+#if NPC_PACKED
+/* whether L runs on the packed products (pk_gemm_segs) */
+static int packs(const npc_linear_t *L) {
+    return L->packed && (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK);
+}
+
+/* The packed products seg[0..nseg) of one input x [M, k] (L: the first of them; all of one
+ * kind and k), in one parallel region whose threads first share out the rows' work by rows:
+ * prep's (or NULL), and the rows' conversion to blocks unless the scratch already holds them
+ * (same_x, scratch_fits). */
+static void packed_linear(const npc_linear_t *L, const pk_seg_t *seg, int nseg, prep_t *prep,
+                          const float *x, int64_t M, i8_scratch_t *s, int same_x,
+                          int nthreads) {
+    const int64_t K = L->k, ldq = blockfloat_ld(K);
+    /* packed w8a8-dynamic layers keep their rows as u8 (quads), not int16: another layout in
+     * the scratch, so another kind for the reuse check */
+    const int kind = L->kind == NPC_W8A8_BLOCK && NPC_VNNI ? NPC_W8A8_BLOCK_U8 : L->kind;
+    const int fits = scratch_fits(s, L, kind, same_x);
+    s->kind = kind;
+    s->k = K;
+    s->per_token = L->per_token;
+    s->static_scale = L->static_scale;
+    const int u8 = kind == NPC_W8A8_BLOCK_U8;
+    const pk_quant_t quant = {fits ? NULL : x, K, u8 ? K : ldq, s->q, s->sx,
+                              u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT : PK_Q_INT8};
+    prep_t own = {0};
+    prep_t *p = prep ? prep : &own;
+    p->quant = quant;
+    const pk_pre_t pre = {prep_row, p};
+    pk_gemm_segs(s->q, u8 ? K : ldq, s->sx, seg, nseg, M, K, nthreads, u8,
+                 prep || !fits ? &pre : NULL);
+}
+#endif
+
 /* y[M, n] = x[M, k] W^T (+ bias), on the kernel matching the layer's storage; the fp32 and
  * W8A16 products add the bias in their epilogue, W8A8 after it. prep (or NULL): the work on
  * the rows that must come first (prep_t; its quant is set here). */
@@ -140,13 +174,14 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
                    i8_scratch_t *s, int same_x, int nthreads) {
     const int64_t N = L->n, K = L->k;
 #if NPC_PACKED
-    if (prep) prep->quant.x = NULL;
-    /* a packed product prepares its rows itself, shared by its threads (pk_pre_t) */
-    const int packs = L->packed && (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK);
-#else
-    const int packs = 0;
+    if (packs(L)) {
+        const pk_seg_t seg = {(const int8_t *)L->w, L->scale, L->bias, y, N, L->group / QB};
+        packed_linear(L, &seg, 1, prep, x, M, s, same_x, nthreads);
+        return;
+    }
+    if (prep) prep->quant.x = NULL; /* the conversion is the packed products' part only */
 #endif
-    if (prep && !packs)
+    if (prep)
         for (int64_t m = 0; m < M; m++) prep_row(prep, m);
     if (L->kind == NPC_F32) {
         const gemm_t g = {x, NULL, K, NULL, NULL, NULL, (const float *)L->w, L->bias, y, M, N, K};
@@ -154,10 +189,7 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
         s->kind = -1; /* the scratch no longer holds the input the next product reads */
         return;
     }
-    /* packed w8a8-dynamic layers keep their rows as u8 (pk_gemm with quads), not int16: another
-     * layout in the scratch, so another kind for the reuse check */
-    const int kind = L->kind == NPC_W8A8_BLOCK && L->packed && NPC_VNNI ? NPC_W8A8_BLOCK_U8
-                                                                         : L->kind;
+    const int kind = L->kind;
     const int fits = scratch_fits(s, L, kind, same_x);
     s->kind = kind;
     s->k = K;
@@ -165,21 +197,6 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
     s->static_scale = L->static_scale;
     if (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK) {
         const int64_t ldq = blockfloat_ld(K);
-#if NPC_PACKED
-        if (packs) {
-            const int u8 = kind == NPC_W8A8_BLOCK_U8;
-            const pk_quant_t quant = {fits ? NULL : x, K, u8 ? K : ldq, s->q, s->sx,
-                                      u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT
-                                                                          : PK_Q_INT8};
-            prep_t own = {0};
-            prep_t *p = prep ? prep : &own;
-            p->quant = quant;
-            const pk_pre_t pre = {prep_row, p};
-            pk_gemm(s->q, u8 ? K : ldq, s->sx, (const int8_t *)L->w, L->scale, L->group / QB,
-                    L->bias, y, M, N, K, nthreads, u8, prep || !fits ? &pre : NULL);
-            return;
-        }
-#endif
         if (!fits)
             (L->kind == NPC_W8A16 ? blockfloat_rows : blockint8_rows)(x, M, K, s->q, ldq, s->sx);
         w8a16_rows(s->q, ldq, s->sx, (const int8_t *)L->w, L->scale, L->group, L->bias, y, M, N,
@@ -211,6 +228,27 @@ static void linear(const npc_linear_t *L, prep_t *prep, const float *x, float *y
         run(&g, i8_stream, i8_tile_at, 3, 2 * ldq, nthreads);
         add_bias(y, L->bias, M, N);
     }
+}
+
+/* The products of one input (a layer's q, k and v, or gate and up) into ys: in one packed
+ * product when they are all packed alike (packed_linear), else one after another (linear).
+ * prep: as linear's, done once before the first. */
+static void linears(const npc_linear_t *const *Ls, float *const *ys, int n, prep_t *prep,
+                    const float *x, int64_t M, i8_scratch_t *s, int nthreads) {
+#if NPC_PACKED
+    int alike = 1;
+    for (int i = 0; i < n; i++)
+        alike = alike && packs(Ls[i]) && Ls[i]->kind == Ls[0]->kind && Ls[i]->k == Ls[0]->k;
+    if (alike) {
+        pk_seg_t seg[3];
+        for (int i = 0; i < n; i++)
+            seg[i] = (pk_seg_t){(const int8_t *)Ls[i]->w, Ls[i]->scale, Ls[i]->bias, ys[i],
+                                Ls[i]->n, Ls[i]->group / QB};
+        packed_linear(Ls[0], seg, n, prep, x, M, s, 0, nthreads);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++) linear(Ls[i], i ? NULL : prep, x, ys[i], M, s, i > 0, nthreads);
 }
 
 static float dot(const float *a, const float *b, int64_t n) {
@@ -530,9 +568,30 @@ static void soft_cap(float *p, int64_t n, float cap) {
     }
 }
 
-/* single-query attention of every (row, query head) over the layer's window of keys; p is
- * per-thread scratch of max_len */
-static void attention(const npc_model_t *md, const npc_layer_t *L, const float *q, float *out,
+/* Row m's query heads of KV head g and its new key and value, before attention reads them:
+ * the q/k norms (Qwen3, Gemma 3), the rotary turn with the row's cos/sin (rd values), and the
+ * key and value written to the cache at the row's slot and position. */
+static void new_kv(const npc_model_t *md, const npc_layer_t *L, float *q, float *k,
+                   const float *v, const float *cos, const float *sin, const int64_t *slots,
+                   const int64_t *pos, int64_t m, int64_t g) {
+    const int64_t nh = md->heads, kvh = md->kv_heads, hd = md->head_dim, ml = md->max_len;
+    const int64_t group = nh / kvh, rd = md->rot_dim;
+    float *qg = q + (m * nh + g * group) * hd, *kg = k + (m * kvh + g) * hd;
+    if (L->q_norm) rmsnorm(qg, L->q_norm, md->qk_eps, qg, group, hd);
+    if (L->k_norm) rmsnorm(kg, L->k_norm, md->qk_eps, kg, 1, hd);
+    rope(qg, group, hd, rd, cos + m * rd, sin + m * rd);
+    rope(kg, 1, hd, rd, cos + m * rd, sin + m * rd);
+    const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
+    kv_put(L->kc, at, kg, hd, md->kv_half);
+    kv_put(L->vc, at, v + (m * kvh + g) * hd, hd, md->kv_half);
+}
+
+/* single-query attention of every (row, query head) over the layer's window of keys, after
+ * new_kv for every (row, KV head), shared out in the same parallel region: done by the calling
+ * thread alone it kept the other waiting (docs/benchmarks.md, "q, k, v and gate, up in one
+ * region"). p is per-thread scratch of max_len. */
+static void attention(const npc_model_t *md, const npc_layer_t *L, float *q, float *k,
+                      const float *v, const float *cos, const float *sin, float *out,
                       int64_t M, const int64_t *slots, const int64_t *pos, float *p_all,
                       int nthreads) {
     const int64_t nh = md->heads, kvh = md->kv_heads, hd = md->head_dim, ml = md->max_len;
@@ -541,9 +600,16 @@ static void attention(const npc_model_t *md, const npc_layer_t *L, const float *
      * the threads evenly, else one query head (a batch-1 step of a model with few KV heads) */
     const int64_t per = M * kvh >= 4 * nthreads ? group : 1, tasks = M * nh / per;
     const float cap = md->softcap;
+    if (M == 1) /* one row's few heads: sharing them would only add a barrier */
+        for (int64_t g = 0; g < kvh; g++) new_kv(md, L, q, k, v, cos, sin, slots, pos, 0, g);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && tasks > 1)
     {
         float *p = p_all + (int64_t)omp_get_thread_num() * ATT_GH * ml;
+        if (M > 1) {
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < M * kvh; t++)
+                new_kv(md, L, q, k, v, cos, sin, slots, pos, t / kvh, t % kvh);
+        }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t m = t / (nh / per), h0 = t % (nh / per) * per, g = h0 / group;
@@ -646,29 +712,19 @@ int npc_decode_layers(const npc_model_t *md, const npc_layer_t *layers, float *h
         const npc_layer_t *L = layers + li;
         prep_t in = {.md = md, .h = h, .add = pending, .add_norm = pending_norm,
                      .norm = L->in_norm, .xn = x};
-        linear(&L->q, &in, x, q, M, &s, 0, nt);
-        linear(&L->k, NULL, x, k, M, &s, 1, nt);
-        linear(&L->v, NULL, x, v, M, &s, 1, nt);
-        if (L->q_norm) rmsnorm(q, L->q_norm, md->qk_eps, q, M * nh, hd);
-        if (L->k_norm) rmsnorm(k, L->k_norm, md->qk_eps, k, M * kvh, hd);
+        const npc_linear_t *qkv[3] = {&L->q, &L->k, &L->v};
+        float *const qkv_y[3] = {q, k, v};
+        linears(qkv, qkv_y, 3, &in, x, M, &s, nt);
         const int64_t rd = md->rot_dim;
-        const float *lc = cos + L->rope * M * rd, *ls = sin + L->rope * M * rd;
-        for (int64_t m = 0; m < M; m++) {
-            rope(q + m * nh * hd, nh, hd, rd, lc + m * rd, ls + m * rd);
-            rope(k + m * kvh * hd, kvh, hd, rd, lc + m * rd, ls + m * rd);
-            for (int64_t g = 0; g < kvh; g++) {
-                const int64_t at = ((slots[m] * kvh + g) * ml + pos[m]) * hd;
-                kv_put(L->kc, at, k + (m * kvh + g) * hd, hd, md->kv_half);
-                kv_put(L->vc, at, v + (m * kvh + g) * hd, hd, md->kv_half);
-            }
-        }
-        attention(md, L, q, att, M, slots, pos, p, nt);
+        attention(md, L, q, k, v, cos + L->rope * M * rd, sin + L->rope * M * rd, att, M, slots,
+                  pos, p, nt);
         linear(&L->o, NULL, att, y, M, &s, 0, nt);
         /* y (o's output) is read by the rows' work before gate's product writes over it */
         prep_t post = {.md = md, .h = h, .add = y, .add_norm = L->attn_out_norm,
                        .norm = L->post_norm, .xn = x};
-        linear(&L->gate, &post, x, y, M, &s, 0, nt);
-        linear(&L->up, NULL, x, u, M, &s, 1, nt);
+        const npc_linear_t *gu[2] = {&L->gate, &L->up};
+        float *const gu_y[2] = {y, u};
+        linears(gu, gu_y, 2, &post, x, M, &s, nt);
         prep_t act = {.md = md, .gate = y, .u = u};
         linear(&L->down, &act, u, y, M, &s, 0, nt);
         pending = y;

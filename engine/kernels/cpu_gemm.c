@@ -792,16 +792,30 @@ static void pk_quant_rows_pre(const void *ctx, int64_t m) {
     pk_quant_row((const pk_quant_t *)ctx, m);
 }
 
-/* M activation rows times the packed weight of N channels with scales per group of gb blocks
- * (K = nb * QB inputs): int16 rows (blockfloat_rows, lda >= K elements apart) by pairs, or,
- * on VNNI builds, with quads u8 rows (blockint8_rows_u8, lda = K bytes apart). Passes of
- * PK_MR rows over a strip (pk_rows_any: cpu_i8_vnni.c or cpu_pk_avx2.c); the rows go in
- * chunks that stay in L2 while every strip passes over them (one chunk for a decode step).
- * pre (or NULL) prepares the rows first, in the same parallel region. */
-static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads, int quads, const pk_pre_t *pre) {
-    const int64_t nb = K / QB, ng = nb / gb, S = (N + PK_C - 1) / PK_C, xsld = lda / QB;
+/* One packed product of a layer's input: N channels' packed weight wp with scales sp per group
+ * of gb blocks, bias (or NULL), into y [M, N] */
+typedef struct {
+    const int8_t *wp;
+    const float *sp;
+    const float *bias;
+    float *y;
+    int64_t N, gb;
+} pk_seg_t;
+
+/* M activation rows times the packed weights of nseg products that read them (a layer's q, k
+ * and v, or gate and up), K = nb * QB inputs: int16 rows (blockfloat_rows, lda >= K elements
+ * apart) by pairs, or, on VNNI builds, with quads u8 rows (blockint8_rows_u8, lda = K bytes
+ * apart). Passes of PK_MR rows over a strip (pk_rows_any: cpu_i8_vnni.c or cpu_pk_avx2.c);
+ * the rows go in chunks that stay in L2 while every strip passes over them (one chunk for a
+ * decode step). The products run in one parallel region, each split among the threads as
+ * on its own but with no barrier between them: a region per product made the threads wait for
+ * each other at its end (docs/benchmarks.md, "q, k, v and gate, up in one region"). One loop
+ * over all their strips measured slower on VNNI's quads at one row. pre (or NULL) prepares the
+ * rows first, in the same region. */
+static void pk_gemm_segs(const void *a, int64_t lda, const float *xs, const pk_seg_t *seg,
+                         int nseg, int64_t M, int64_t K, int nthreads, int quads,
+                         const pk_pre_t *pre) {
+    const int64_t nb = K / QB, xsld = lda / QB;
     const int64_t row_bytes = quads ? lda : 2 * lda;
     int64_t mb = (256 * 1024) / row_bytes;
     mb = mb < PK_MR ? PK_MR : mb - mb % PK_MR;
@@ -817,17 +831,32 @@ static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *w
         }
         for (int64_t b0 = 0; b0 < M; b0 += mb) {
             const int64_t b1 = M - b0 < mb ? M : b0 + mb;
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < S; s++) {
-                const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
-                for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
-                    pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
-                                wp + s * nb * PK_C * QB, sp + s * ng * PK_C, gb,
-                                bias ? bias + s * PK_C : NULL, y + m0 * N + s * PK_C, N, nb,
-                                (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
+            for (int i = 0; i < nseg; i++) {
+                const pk_seg_t *g = seg + i;
+                const int64_t N = g->N, ng = nb / g->gb, S = (N + PK_C - 1) / PK_C;
+                /* no barrier between the products, or between chunks of rows: they write
+                 * apart, and the rows were prepared before the barrier above */
+#pragma omp for schedule(static) nowait
+                for (int64_t s = 0; s < S; s++) {
+                    const int nc = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
+                    for (int64_t m0 = b0; m0 < b1; m0 += PK_MR)
+                        pk_rows_any((const char *)a + m0 * row_bytes, lda, xs + m0 * xsld,
+                                    g->wp + s * nb * PK_C * QB, g->sp + s * ng * PK_C, g->gb,
+                                    g->bias ? g->bias + s * PK_C : NULL,
+                                    g->y + m0 * N + s * PK_C, N, nb,
+                                    (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
+                }
             }
         }
     }
+}
+
+/* one packed product (pk_gemm_segs) */
+static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
+                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
+                    int64_t N, int64_t K, int nthreads, int quads, const pk_pre_t *pre) {
+    const pk_seg_t seg = {wp, sp, bias, y, N, gb};
+    pk_gemm_segs(a, lda, xs, &seg, 1, M, K, nthreads, quads, pre);
 }
 #endif
 

@@ -1,0 +1,96 @@
+"""Every layer of a real model's decode step (npc_decode_layers) from two builds of the kernels,
+alternated step by step in one process: this checkout's sources and those of a git revision,
+compiled with the same flags (engine.kernels.native.build_flags, so NPU_CONSOLE_KERNEL_ARCH=haswell
+builds both for AVX2). Both run the same plan (the same weights, cache and rows), so the
+machine's drift, which moves a run by up to 1.3x between minutes on the shared VMs, hits both
+alike. Checks that both give the same floats, then prints each one's median ms per batch size.
+
+    NPU_CONSOLE_KERNEL_ARCH=haswell python tests/bench/bench_step_ab.py --before HEAD \\
+        --model ../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf --quant w8a16
+
+The model is quantized in memory as `bench offline --quant` does; each sequence sits at
+position --pos, so attention reads that much context every step (rewriting the same cache row
+each time: a step is idempotent). The head is not timed (bench_packed_ab.py times products)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+from bench_packed_ab import build  # beside this script
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--quant", default="w8a16", help="none, w8a16, w8a8-dynamic, ...")
+    ap.add_argument("--before", default="HEAD", help="the git revision to compare against")
+    ap.add_argument("--batch", default="1,8,16")
+    ap.add_argument("--pos", type=int, default=96)
+    ap.add_argument("--steps", type=int, default=200, help="steps per build and batch size")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    from npu_console.engine.bench.offline import _quantize
+    from npu_console.engine.kernels import native
+    from npu_console.engine.models import load_model
+    from npu_console.engine.runtime.runner import BatchedRunner
+
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, device="cpu", dtype="float32")
+    if args.quant != "none":
+        loaded, _ = _quantize(loaded, args.quant, None, threading.Event())
+    batches = [int(b) for b in args.batch.split(",")]
+    runner = BatchedRunner(loaded.model, num_slots=max(batches), max_len=args.pos + 8)
+    plan = runner.decode_plan
+    if plan is None:
+        raise SystemExit(f"no native decode step: {runner.decode_plan_reason}")
+    here = native.SOURCE.parent
+    repo = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
+                               capture_output=True, text=True).stdout.strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "before"
+        old.mkdir()
+        for src in native.SOURCES:
+            rel = src.relative_to(repo).as_posix()
+            text = subprocess.run(["git", "show", f"{args.before}:{rel}"], cwd=repo, check=False,
+                                  capture_output=True, text=True)
+            (old / src.name).write_text(text.stdout if text.returncode == 0 else "")
+        fns = {"before": build(old, Path(tmp) / "before.so").npc_decode_layers,
+               "after": build(here, Path(tmp) / "after.so").npc_decode_layers}
+        for b in batches:
+            ids, pos, slots = torch.full((b,), 7), torch.full((b,), args.pos), torch.arange(b)
+            with torch.inference_mode():
+                h0 = runner.inner.embed_tokens(ids).contiguous()
+                tables = runner.family.rotary_tables(h0[None], pos)
+                cos = torch.stack([c[:, 0] for c, _ in tables])
+                sin = torch.stack([s[:, 0] for _, s in tables])
+                times: dict[str, list[float]] = {v: [] for v in fns}
+                outs: dict[str, torch.Tensor] = {}
+                for _ in range(args.steps):
+                    for v, fn in fns.items():
+                        plan.fn = fn
+                        h = h0.clone()
+                        t = time.perf_counter()
+                        plan.run(h, slots, pos, cos, sin)
+                        times[v].append(time.perf_counter() - t)
+                        outs[v] = h
+            if not torch.equal(outs["before"], outs["after"]):
+                print(f"batch {b}: the two builds' floats differ", file=sys.stderr)
+                return 1
+            before, after = (statistics.median(times[v]) for v in ("before", "after"))
+            print(json.dumps({"batch": b, "pos": args.pos, "before_ms": round(before * 1e3, 3),
+                              "after_ms": round(after * 1e3, 3),
+                              "speedup": round(before / after, 3)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
