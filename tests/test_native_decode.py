@@ -244,3 +244,31 @@ def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike
     for a, b in out:
         assert (a - b).abs().max() <= 0.02 * b.abs().max(), (a - b).abs().max()
         assert_same_choice(a, b, 0.02 * float(b.abs().max()))
+
+
+def test_packed_products_of_one_input_run_apart_when_a_neighbour_is_not_packed():
+    """q/k/v and gate/up run as one packed product in one parallel region (cpu_decode.c
+    `linears`) only when all of them are packed alike; with v_proj and up_proj kept float the
+    others run apart, each packed one reusing the rows already converted for its input or
+    converting them again after a float product. Grouped W8A16 (packed on x86 builds): the
+    native step still equals the PyTorch loop."""
+    from npu_console.engine.quant.apply import prepare_for_serving
+
+    model = _quantized("w8a16", 32)
+    for layer in model.model.layers:
+        for parent, name in ((layer.self_attn, "v_proj"), (layer.mlp, "up_proj")):
+            q = getattr(parent, name)
+            lin = torch.nn.Linear(q.in_features, q.out_features, bias=q.bias is not None)
+            with torch.no_grad():
+                lin.weight.copy_(q.dequantized_weight())
+                if q.bias is not None:
+                    lin.bias.copy_(q.bias)
+            setattr(parent, name, lin)
+    prepare_for_serving(model)
+    out, native, _ = decode_both(model)
+    attn = native.layers[0].self_attn
+    assert (attn.q_proj.packed is not None) == packed_kernels.available()
+    assert isinstance(attn.v_proj, torch.nn.Linear)
+    for a, b in out:
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+        assert_same_choice(a, b, 1e-4 + 1e-4 * float(b.abs().max()))
