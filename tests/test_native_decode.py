@@ -217,6 +217,17 @@ def test_the_plan_says_why_it_does_not_apply(monkeypatch):
     assert native_decode.plan_for(BatchedRunner(llama, num_slots=2, max_len=32))[0] is not None
 
 
+def _keep_float(parent: torch.nn.Module, name: str) -> None:
+    """parent.name (an int8 layer) back to a float nn.Linear of its dequantized weight, as a
+    layer the recipe keeps float"""
+    q = getattr(parent, name)
+    lin = torch.nn.Linear(q.in_features, q.out_features, bias=q.bias is not None)
+    with torch.no_grad():
+        lin.weight.copy_(q.dequantized_weight())
+        if q.bias is not None:
+            lin.bias.copy_(q.bias)
+    setattr(parent, name, lin)
+
 
 def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike():
     """q/k/v (and gate/up) read one input, which the native step quantizes once for all of
@@ -230,13 +241,7 @@ def test_products_that_share_an_input_requantize_it_only_when_they_read_it_alike
         attn, mlp = layer.self_attn, layer.mlp
         attn.k_proj.input_scale.mul_(2.0)
         for parent, name in ((attn, "v_proj"), (mlp, "gate_proj")):
-            q = getattr(parent, name)
-            lin = torch.nn.Linear(q.in_features, q.out_features, bias=q.bias is not None)
-            with torch.no_grad():
-                lin.weight.copy_(q.dequantized_weight())
-                if q.bias is not None:
-                    lin.bias.copy_(q.bias)
-            setattr(parent, name, lin)
+            _keep_float(parent, name)
     prepare_for_serving(model)
     out, native, _ = decode_both(model)
     assert native.layers[0].self_attn.k_proj.input_scale.item() != \
@@ -257,13 +262,7 @@ def test_packed_products_of_one_input_run_apart_when_a_neighbour_is_not_packed()
     model = _quantized("w8a16", 32)
     for layer in model.model.layers:
         for parent, name in ((layer.self_attn, "v_proj"), (layer.mlp, "up_proj")):
-            q = getattr(parent, name)
-            lin = torch.nn.Linear(q.in_features, q.out_features, bias=q.bias is not None)
-            with torch.no_grad():
-                lin.weight.copy_(q.dequantized_weight())
-                if q.bias is not None:
-                    lin.bias.copy_(q.bias)
-            setattr(parent, name, lin)
+            _keep_float(parent, name)
     prepare_for_serving(model)
     out, native, _ = decode_both(model)
     attn = native.layers[0].self_attn

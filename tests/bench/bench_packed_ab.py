@@ -42,6 +42,24 @@ def build(src_dir: Path, out: Path) -> ctypes.CDLL:
     return lib
 
 
+def build_both(before: str, tmp: Path) -> dict[str, ctypes.CDLL]:
+    """The kernels of git revision `before` and of this checkout, built in `tmp` with the same
+    flags: {"before": lib, "after": lib}."""
+    from npu_console.engine.kernels import native
+
+    here = native.SOURCE.parent
+    repo = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
+                               capture_output=True, text=True).stdout.strip())
+    old = tmp / "before"
+    old.mkdir()
+    for src in native.SOURCES:
+        rel = src.relative_to(repo).as_posix()
+        text = subprocess.run(["git", "show", f"{before}:{rel}"], cwd=repo, check=False,
+                              capture_output=True, text=True)
+        (old / src.name).write_text(text.stdout if text.returncode == 0 else "")
+    return {"before": build(old, tmp / "before.so"), "after": build(here, tmp / "after.so")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="HEAD", help="the git revision to compare against")
@@ -50,26 +68,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=41)
     ap.add_argument("--int8", action="store_true")
     args = ap.parse_args()
-    from npu_console.engine.kernels import native
     from npu_console.engine.kernels import packed as packing
 
     torch.set_num_threads(args.threads)
     if not packing.available():
         print("this build has no packed kernels", file=sys.stderr)
         return 1
-    here = native.SOURCE.parent
-    repo = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
-                               capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "before"
-        old.mkdir()
-        for src in native.SOURCES:
-            rel = src.relative_to(repo).as_posix()
-            text = subprocess.run(["git", "show", f"{args.before}:{rel}"], cwd=repo, check=False,
-                                  capture_output=True, text=True)
-            (old / src.name).write_text(text.stdout if text.returncode == 0 else "")
-        libs = {"before": build(old, Path(tmp) / "before.so"),
-                "after": build(here, Path(tmp) / "after.so")}
+        libs = build_both(args.before, Path(tmp))
         g = torch.Generator().manual_seed(0)
         for name, (k, n) in SHAPES.items():
             w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)

@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import torch
-from bench_packed_ab import build  # beside this script
+from bench_packed_ab import build_both  # beside this script
+from bench_step_parts import native_runner
 
 
 def main() -> int:
@@ -38,33 +37,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200, help="steps per build and batch size")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    from npu_console.engine.bench.offline import _quantize
-    from npu_console.engine.kernels import native
-    from npu_console.engine.models import load_model
-    from npu_console.engine.runtime.runner import BatchedRunner
-
-    torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device="cpu", dtype="float32")
-    if args.quant != "none":
-        loaded, _ = _quantize(loaded, args.quant, None, threading.Event())
     batches = [int(b) for b in args.batch.split(",")]
-    runner = BatchedRunner(loaded.model, num_slots=max(batches), max_len=args.pos + 8)
+    runner = native_runner(args.model, args.quant, args.threads, max(batches), args.pos + 8)
     plan = runner.decode_plan
-    if plan is None:
-        raise SystemExit(f"no native decode step: {runner.decode_plan_reason}")
-    here = native.SOURCE.parent
-    repo = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
-                               capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "before"
-        old.mkdir()
-        for src in native.SOURCES:
-            rel = src.relative_to(repo).as_posix()
-            text = subprocess.run(["git", "show", f"{args.before}:{rel}"], cwd=repo, check=False,
-                                  capture_output=True, text=True)
-            (old / src.name).write_text(text.stdout if text.returncode == 0 else "")
-        fns = {"before": build(old, Path(tmp) / "before.so").npc_decode_layers,
-               "after": build(here, Path(tmp) / "after.so").npc_decode_layers}
+        fns = {v: lib.npc_decode_layers for v, lib in build_both(args.before, Path(tmp)).items()}
         for b in batches:
             ids, pos, slots = torch.full((b,), 7), torch.full((b,), args.pos), torch.arange(b)
             with torch.inference_mode():

@@ -20,11 +20,27 @@ import threading
 import time
 
 
-def main() -> int:
+def native_runner(model: str, quant: str, threads: int, slots: int, max_len: int,
+                  kv_dtype: str = "auto"):
+    """A BatchedRunner over `model` quantized in memory as `bench offline --quant` does, on
+    `threads` torch threads, with its native decode plan (or SystemExit saying why not)."""
     import torch
     from npu_console.engine.bench.offline import _quantize
     from npu_console.engine.models import load_model
     from npu_console.engine.runtime.runner import BatchedRunner
+
+    torch.set_num_threads(threads)
+    loaded = load_model(model, device="cpu", dtype="float32")
+    if quant != "none":
+        loaded, _ = _quantize(loaded, quant, None, threading.Event())
+    runner = BatchedRunner(loaded.model, num_slots=slots, max_len=max_len, kv_dtype=kv_dtype)
+    if runner.decode_plan is None:
+        raise SystemExit(f"no native decode step: {runner.decode_plan_reason}")
+    return runner
+
+
+def main() -> int:
+    import torch
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
@@ -35,15 +51,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-dtype", default="auto", help="the KV cache: auto (fp16 on CPU with the native kernels), float32, float16")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device="cpu", dtype="float32")
-    if args.quant != "none":
-        loaded, _ = _quantize(loaded, args.quant, None, threading.Event())
     batches = [int(b) for b in args.batch.split(",")]
-    runner = BatchedRunner(loaded.model, num_slots=max(batches), max_len=args.pos + 8,
-                           kv_dtype=args.kv_dtype)
-    if runner.decode_plan is None:
-        raise SystemExit(f"no native decode step: {runner.decode_plan_reason}")
+    runner = native_runner(args.model, args.quant, args.threads, max(batches), args.pos + 8,
+                           args.kv_dtype)
     plan = runner.decode_plan
     for b in batches:
         ids, pos, slots = torch.full((b,), 7), torch.full((b,), args.pos), torch.arange(b)
