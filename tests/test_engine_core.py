@@ -127,3 +127,30 @@ def test_a_callback_added_while_events_arrive_gets_each_once_in_order():
         handle.add_callback(take)
         t.join(10)
         assert got == list(range(200))
+
+
+def test_a_progress_callback_never_hears_an_older_fraction_after_a_newer_one():
+    """Job.add_progress_callback replays the progress so far: a report the worker makes while
+    that replay is under way must reach the callback after it, not before (the console's load
+    bar once went 19 % -> 2 %). The replay below lets the worker report from inside it and
+    waits up to 0.5 s for that report to arrive first."""
+    import threading
+
+    job = Job("load")
+    job._report(0.1, "reading")
+    heard: list[float] = []
+    arrived = threading.Event()
+    worker: list[threading.Thread] = []
+
+    def fn(fraction: float, _message: str) -> None:
+        if not worker:  # the replay: the worker reports meanwhile
+            worker.append(threading.Thread(target=job._report, args=(0.5, "converting")))
+            worker[0].start()
+            arrived.wait(0.5)
+        else:
+            arrived.set()
+        heard.append(fraction)
+
+    job.add_progress_callback(fn)
+    worker[0].join(5)
+    assert heard == [0.1, 0.5]
