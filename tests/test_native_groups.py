@@ -147,7 +147,12 @@ def test_grouped_layers_run_where_the_per_channel_ones_do(group, rows, cpu_path)
     assert q.weight.numel() == (0 if packs else 384 * 67)
     assert q.weight_scale.numel() == (0 if packs else 67 * 384 // group)
     assert torch.equal(q.plain_weight(), w) and torch.equal(q.plain_scale(), s)
-    assert torch.equal(q(x), y) if not packs else _rel(q(x), y) < 1e-6  # summed in another order
+    if not packs:
+        assert torch.equal(q(x), y)
+    elif packed_kernels.act_span(group, 384) == 1:
+        assert _rel(q(x), y) < 1e-6  # the same products summed in another order
+    else:  # AVX2 builds: activation scales per span of blocks (act_span), rounded differently
+        assert _rel(q(x), ref) < 1e-4
 
 
 def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():

@@ -48,8 +48,17 @@ def test_the_packed_product_equals_the_row_major_one(n, k, group, act_int8, rows
             else native.w8a16(x, w, scale, group))
     got = packing.w8a16_packed(x, packed, act_int8)
     assert got.shape == (rows, n)
-    # the same integer block sums, added in another order in fp32
-    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    wd = w.double() * (scale.double().repeat_interleave(group, 1) if group
+                       else scale.double()[:, None])
+    # W8A16 rows of AVX2 builds share a scale over a span of blocks where the groups allow
+    # (packing.act_span); the row-major kernel's rows keep one per block
+    span = 1 if act_int8 else packing.act_span(packed.group, k)
+    if span == 1:  # the same integer block sums, added in another order in fp32
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    else:  # each activation within half its step of x in both, plus fp32 rounding
+        steps = native.blockfloat16(x, span)[1] + native.blockfloat16(x)[1]
+        bound = (steps / 2) @ wd.abs().t() + 1e-5 * want.abs().max()
+        assert ((got - want).abs().double() <= bound).all()
     # and the float64 product of the kernel's own activations (their oracles: native's
     # blockfloat16, qmath's block_quantize_act) with the dequantized weight: only fp32
     # rounding apart
@@ -57,12 +66,23 @@ def test_the_packed_product_equals_the_row_major_one(n, k, group, act_int8, rows
         q, s = qmath.block_quantize_act(x)
         xd = qmath.block_dequantize_act(q.double(), s.double())
     else:
-        values, step = native.blockfloat16(x)
+        values, step = native.blockfloat16(x, span)
         xd = values * step
-    wd = w.double() * (scale.double().repeat_interleave(group, 1) if group
-                       else scale.double()[:, None])
     exact = xd @ wd.t()
     assert (got.double() - exact).abs().max() <= 1e-5 * exact.abs().max()
+
+
+def test_w8a16_rows_share_a_scale_over_spans_only_on_avx2_and_within_a_weight_group():
+    """A span of 4 blocks (128 inputs) lets the AVX2 product scale its int32 sums once per
+    span; a span must not straddle two weight groups, and VNNI builds keep a scale a block."""
+    want = 1 if native.int8_isa() == "avx512-vnni" else 4
+    assert packing.act_span(384, 384) == want  # per channel: one group of 12 blocks
+    assert packing.act_span(96, 96) == want  # per channel, 3 blocks: one short span
+    assert packing.act_span(128, 512) == want
+    assert packing.act_span(256, 512) == want
+    assert packing.act_span(32, 384) == 1  # Q8_0's groups, and the int8 head's
+    assert packing.act_span(64, 256) == 1
+    assert packing.act_span(96, 288) == 1
 
 
 def test_the_plain_weight_and_scales_read_back_exactly():
@@ -157,17 +177,25 @@ def test_int8_blocks_by_quads_equal_them_by_pairs(n, k, group, rows):
 @pytest.mark.slow
 def test_an_avx2_only_build_gives_this_builds_floats(tmp_path):
     """cpu_pk_avx2.c (what an AVX2-only server multiplies with) against this CPU's own build
-    on the same packed weights: the same int32 block sums and the same fp32 epilogue, so equal
-    floats, for W8A16 and w8a8-dynamic's int8 blocks, every pass size (1-4 rows, chunks) and a
-    partial last strip. On a VNNI CPU this runs the AVX2 kernel, which its own build never
-    does."""
+    on the same packed weights, for W8A16 and w8a8-dynamic's int8 blocks, every pass size (1-4
+    rows, chunks) and a partial last strip. Where both take the same activation rows (int8
+    blocks; W8A16 in groups a span would straddle), the same int32 block sums and the same fp32
+    epilogue: equal floats. Where the AVX2 build's W8A16 rows share a scale over a span of
+    blocks (packing.act_span), its result is the float64 product of those rows (their oracle,
+    native.blockfloat16 with that span) but for fp32 rounding. On a VNNI CPU this runs the AVX2
+    kernel, which its own build never does."""
     from support.kernels import avx2_only_build
 
     lib = avx2_only_build(tmp_path)
     assert lib.npc_w8a16_packs() == 1
+    spans = set()
     for n, k, group, act_int8 in LAYERS:
         w, scale = _layer(n, k, group, seed=3 * n + k)
         packed = packing.pack_w8a16(w, scale, group)
+        span = 1 if act_int8 else lib.npc_w8a16_packed_span(packed.group, k)
+        spans.add(span)
+        wd = w.double() * (scale.double().repeat_interleave(group, 1) if group
+                           else scale.double()[:, None])
         for rows in (1, 2, 3, 4, 5, 9, 70):
             x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows + k)) * 3
             x[:, 5] = 200.0
@@ -177,4 +205,11 @@ def test_an_avx2_only_build_gives_this_builds_floats(tmp_path):
                                         packed.scale.data_ptr(), packed.group, int(act_int8),
                                         avx2.data_ptr(), rows, n, k,
                                         torch.get_num_threads()) == 0
-            assert torch.equal(own, avx2), (n, k, group, act_int8, rows)
+            if span == (1 if act_int8 else packing.act_span(packed.group, k)):
+                assert torch.equal(own, avx2), (n, k, group, act_int8, rows)
+            else:
+                values, step = native.blockfloat16(x, span)
+                exact = (values * step) @ wd.t()
+                err = (avx2.double() - exact).abs().max() / exact.abs().max()
+                assert err <= 1e-5, (n, k, group, rows, err)
+    assert spans == {1, 4}  # both kinds of rows ran

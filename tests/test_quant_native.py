@@ -45,6 +45,30 @@ def test_w8a16_is_exact_on_its_16_bit_activations(m, n, k):
     assert (y.double() - exact).abs().max() < (bf16 - exact).abs().max() / 4
 
 
+def test_blockfloat16_over_spans_keeps_15_bits_of_each_spans_largest_value():
+    """The packed AVX2 product's rows (packing.act_span): one power-of-two scale per span of 4
+    blocks, the last one cut at K."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 300, generator=g) * torch.logspace(-20, 20, 300)
+    values, scale = native.blockfloat16(x, span=4)
+    width = 4 * native.BLOCK
+    for lo in range(0, 300, width):
+        sl = slice(lo, min(lo + width, 300))
+        top = values[:, sl].abs().amax(-1)
+        assert ((top >= 2 ** 14) & (top <= 2 ** 15 - 1)).all()
+        assert (scale[:, sl] == scale[:, sl][:, :1]).all()  # one scale per span
+        err = (values[:, sl] * scale[:, sl] - x[:, sl].double()).abs().amax(-1)
+        assert (err <= x[:, sl].double().abs().amax(-1) * 2 ** -15).all()
+    # the span's scale is its largest block's: that block's values are the same as alone
+    alone, alone_scale = native.blockfloat16(x)
+    for lo in range(0, 300, width):
+        big = max(range(lo, min(lo + width, 300), native.BLOCK),
+                  key=lambda b: x[0, b:b + native.BLOCK].abs().max().item())
+        sl = slice(big, min(big + native.BLOCK, 300))
+        assert torch.equal(values[0, sl], alone[0, sl])
+        assert torch.equal(scale[0, sl], alone_scale[0, sl])
+
+
 def test_blockfloat16_keeps_15_bits_of_each_blocks_largest_value():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, 100, generator=g) * torch.logspace(-30, 30, 100)  # every magnitude

@@ -25,7 +25,9 @@
 /* NPC_W8A8_BLOCK: int8 activations with one scale per block of 32 (cpu_gemm.c blockint8_rows)
  * on the W8A16 block product */
 enum { NPC_F32 = 0, NPC_W8A16 = 1, NPC_W8A8 = 2, NPC_W8A8_BLOCK = 3 };
-enum { NPC_W8A8_BLOCK_U8 = 16 }; /* the scratch's kind for packed NPC_W8A8_BLOCK rows */
+/* the scratch's kinds for packed NPC_W8A8_BLOCK rows (u8) and for packed W8A16 rows whose
+ * blocks share scales by spans (pk_span > 1) */
+enum { NPC_W8A8_BLOCK_U8 = 16, NPC_W8A16_SPAN = 17 };
 
 typedef struct {
     int32_t kind;      /* NPC_* */
@@ -139,6 +141,11 @@ static int packs(const npc_linear_t *L) {
     return L->packed && (L->kind == NPC_W8A16 || L->kind == NPC_W8A8_BLOCK);
 }
 
+/* blocks per activation scale in the rows of L's packed product (pk_span) */
+static int64_t layer_span(const npc_linear_t *L) {
+    return L->kind == NPC_W8A16 ? pk_span(L->group / QB, L->k / QB) : 1;
+}
+
 /* The packed products seg[0..nseg) of one input x [M, k] (L: the first of them; all of one
  * kind and k), in one parallel region whose threads first share out the rows' work by rows:
  * prep's (or NULL), and the rows' conversion to blocks unless the scratch already holds them
@@ -146,10 +153,13 @@ static int packs(const npc_linear_t *L) {
 static void packed_linear(const npc_linear_t *L, const pk_seg_t *seg, int nseg, prep_t *prep,
                           const float *x, int64_t M, i8_scratch_t *s, int same_x,
                           int nthreads) {
-    const int64_t K = L->k, ldq = blockfloat_ld(K);
-    /* packed w8a8-dynamic layers keep their rows as u8 (quads), not int16: another layout in
-     * the scratch, so another kind for the reuse check */
-    const int kind = L->kind == NPC_W8A8_BLOCK && NPC_VNNI ? NPC_W8A8_BLOCK_U8 : L->kind;
+    const int64_t K = L->k, ldq = blockfloat_ld(K), span = layer_span(L);
+    /* packed w8a8-dynamic layers keep their rows as u8 (quads), not int16, and W8A16 rows
+     * with spans carry other values: other contents of the scratch, so other kinds for the
+     * reuse check */
+    const int kind = L->kind == NPC_W8A8_BLOCK && NPC_VNNI ? NPC_W8A8_BLOCK_U8
+                     : span > 1                            ? NPC_W8A16_SPAN
+                                                           : L->kind;
     const int fits = scratch_fits(s, L, kind, same_x);
     s->kind = kind;
     s->k = K;
@@ -157,12 +167,12 @@ static void packed_linear(const npc_linear_t *L, const pk_seg_t *seg, int nseg, 
     s->static_scale = L->static_scale;
     const int u8 = kind == NPC_W8A8_BLOCK_U8;
     const pk_quant_t quant = {fits ? NULL : x, K, u8 ? K : ldq, s->q, s->sx,
-                              u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT : PK_Q_INT8};
+                              u8 ? PK_Q_U8 : L->kind == NPC_W8A16 ? PK_Q_FLOAT : PK_Q_INT8, span};
     prep_t own = {0};
     prep_t *p = prep ? prep : &own;
     p->quant = quant;
     const pk_pre_t pre = {prep_row, p};
-    pk_gemm_segs(s->q, u8 ? K : ldq, s->sx, seg, nseg, M, K, nthreads, u8,
+    pk_gemm_segs(s->q, u8 ? K : ldq, s->sx, seg, nseg, M, K, nthreads, u8, span,
                  prep || !fits ? &pre : NULL);
 }
 #endif
@@ -238,7 +248,8 @@ static void linears(const npc_linear_t *const *Ls, float *const *ys, int n, prep
 #if NPC_PACKED
     int alike = 1;
     for (int i = 0; i < n; i++)
-        alike = alike && packs(Ls[i]) && Ls[i]->kind == Ls[0]->kind && Ls[i]->k == Ls[0]->k;
+        alike = alike && packs(Ls[i]) && Ls[i]->kind == Ls[0]->kind && Ls[i]->k == Ls[0]->k &&
+                layer_span(Ls[i]) == layer_span(Ls[0]);
     if (alike) {
         pk_seg_t seg[3];
         for (int i = 0; i < n; i++)

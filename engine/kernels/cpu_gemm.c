@@ -419,29 +419,36 @@ static inline float pow2f(int k) {
     return f;
 }
 
-/* Each block of QB values of a row gets the scale 2^(e-15), e the exponent that puts the
- * block's largest magnitude in [2^(e-1), 2^e), so that it lands in [2^14, 2^15); each value
- * becomes round-half-even(x / scale), exact but for that rounding (the scale is a power of
- * two). Rows are int16 with ldq = blockfloat_ld(K) >= K, the padding zero, and ldq / QB
- * scales each in xs. A block with a NaN or an infinity gets scale NaN (and zeros), so that its
- * outputs are NaN as the float product's would be; a block below 2^-110 (no finite 1 / scale)
- * is zero. */
-static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
-                            float *xs) {
+/* Each span of `span` blocks of QB values of a row (the last one cut at K) gets the scale
+ * 2^(e-15), e the exponent that puts the span's largest magnitude in [2^(e-1), 2^e), so that
+ * it lands in [2^14, 2^15); each value becomes round-half-even(x / scale), exact but for that
+ * rounding (the scale is a power of two). Rows are int16 with ldq = blockfloat_ld(K) >= K, the
+ * padding zero, and ldq / QB scales each in xs, one per block (a span's blocks repeat its
+ * scale, so any reader of per-block scales reads these rows right). A span with a NaN or an
+ * infinity gets scale NaN (and zeros), so that its outputs are NaN as the float product's
+ * would be; a span below 2^-110 (no finite 1 / scale) is zero. span > 1 lets a packed product
+ * sum a span's blocks in int32 and scale them once (pk_span): the int16 values then carry 15
+ * bits of the span's largest, not each block's. Inlined so that each caller's constant span
+ * gives loops of known length: a span read at run time made the rows' conversion slow enough
+ * to cost a VNNI build's packed product 4-8 % (bench_packed_ab.py). */
+static inline __attribute__((always_inline)) void
+blockfloat_span_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq, float *xs,
+                     const int64_t span) {
     const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(32767.0f),
                  lo = _mm256_set1_ps(-32767.0f);
     const int64_t nb = ldq / QB;
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
-        for (int64_t b = 0; b < nb; b++) {
-            const float *xb = xr + b * QB;
-            int16_t *qb = q + m * ldq + b * QB;
-            const int64_t n = K - b * QB < QB ? K - b * QB : QB;
-            float amax = 0.0f;
+        for (int64_t b0 = 0; b0 < nb; b0 += span) {
+            const int64_t blocks = nb - b0 < span ? nb - b0 : span, w = blocks * QB;
+            const float *xb = xr + b0 * QB;
+            int16_t *qb = q + m * ldq + b0 * QB;
+            const int64_t n = K - b0 * QB < w ? K - b0 * QB : w; /* values present */
+            float amax = 0.0f, sc;
             int bad = 0;
-            if (n == QB) {
+            if (n == w) {
                 __m256 vmax = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
-                for (int i = 0; i < QB; i += 8) {
+                for (int64_t i = 0; i < w; i += 8) {
                     const __m256 v = _mm256_loadu_ps(xb + i);
                     vmax = _mm256_max_ps(_mm256_andnot_ps(sign, v), vmax);
                     vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
@@ -456,32 +463,40 @@ static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, in
             }
             bad |= isinf(amax);
             if (bad || amax < 0x1p-110f) {
-                for (int i = 0; i < QB; i++) qb[i] = 0;
-                xs[m * nb + b] = bad ? NAN : 0.0f;
-                continue;
-            }
-            const int e = frexp_exponent(amax);
-            const float inv = pow2f(15 - e);
-            xs[m * nb + b] = pow2f(e - 15);
-            if (n == QB) {
-                const __m256 vi = _mm256_set1_ps(inv);
-                for (int i = 0; i < QB; i += 8) {
-                    const __m256 v =
-                        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vi),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    const __m256i iv = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
-                    _mm_storeu_si128((__m128i *)(qb + i),
-                                     _mm_packs_epi32(_mm256_castsi256_si128(iv),
-                                                     _mm256_extracti128_si256(iv, 1)));
-                }
+                for (int64_t i = 0; i < w; i++) qb[i] = 0;
+                sc = bad ? NAN : 0.0f;
             } else {
-                for (int64_t i = 0; i < QB; i++) {
-                    const float v = i < n ? nearbyintf(xb[i] * inv) : 0.0f;
-                    qb[i] = (int16_t)(v > 32767.0f ? 32767.0f : (v < -32767.0f ? -32767.0f : v));
+                const int e = frexp_exponent(amax);
+                const float inv = pow2f(15 - e);
+                sc = pow2f(e - 15);
+                if (n == w) {
+                    const __m256 vi = _mm256_set1_ps(inv);
+                    for (int64_t i = 0; i < w; i += 8) {
+                        const __m256 v =
+                            _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vi),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                        const __m256i iv =
+                            _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+                        _mm_storeu_si128((__m128i *)(qb + i),
+                                         _mm_packs_epi32(_mm256_castsi256_si128(iv),
+                                                         _mm256_extracti128_si256(iv, 1)));
+                    }
+                } else {
+                    for (int64_t i = 0; i < w; i++) {
+                        const float v = i < n ? nearbyintf(xb[i] * inv) : 0.0f;
+                        qb[i] = (int16_t)(v > 32767.0f ? 32767.0f : (v < -32767.0f ? -32767.0f : v));
+                    }
                 }
             }
+            for (int64_t b = 0; b < blocks; b++) xs[m * nb + b0 + b] = sc;
         }
     }
+}
+
+/* blockfloat_span_rows with a scale for each block */
+static void blockfloat_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq,
+                            float *xs) {
+    blockfloat_span_rows(x, M, K, q, ldq, xs, 1);
 }
 
 /* W8A8 with one activation scale per block of QB values, as llama.cpp's Q8_0 quantizes its
@@ -734,6 +749,9 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
  * Llama-2-7B's cold shape, the same on shapes the cache holds (docs/benchmarks.md,
  * "Prefetching the packed weights further ahead") */
 #define PK_PF 8
+/* blocks per activation scale in an AVX2 build's packed W8A16 rows, where weight groups allow
+ * (pk_span below) */
+#define PK_SPAN 4
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define NPC_VNNI 1
@@ -764,7 +782,21 @@ typedef struct {
     void *q;
     float *xs;
     int kind;
+    int64_t span; /* PK_Q_FLOAT: blocks per scale (blockfloat_span_rows; pk_span) */
 } pk_quant_t;
+
+/* Blocks per activation scale in the W8A16 rows of a packed product whose weight scales change
+ * every gb of its nb blocks. On AVX2 builds PK_SPAN where a span never straddles two weight
+ * groups, so that cpu_pk_avx2.c sums a span's blocks in int32 and scales them once: that
+ * epilogue (a conversion and a multiply-add per row and 8 channels, with the sums' load and
+ * store) was about one op in eight of the product, and spans ran it 3-10 % faster at 4-16 rows
+ * (docs/benchmarks.md, "Activation scales per 128 on AVX2"). A span of 4 blocks sums at most
+ * 128 * 32767 * 127 < 2^31. Per-channel scales (gb = nb, SmolLM2's w8a16) span; Q8_0's and
+ * the head's groups of 32 do not. VNNI builds keep a scale per block: there a span makes each
+ * row's sums one chain of vpdpwssd (5 cycles each), and 1-2 rows ran 1-6 % slower. */
+static inline int64_t pk_span(int64_t gb, int64_t nb) {
+    return !NPC_VNNI && (gb == nb || gb % PK_SPAN == 0) ? PK_SPAN : 1;
+}
 
 static void pk_quant_row(const pk_quant_t *c, int64_t m) {
     const float *x = c->x + m * c->K;
@@ -774,8 +806,13 @@ static void pk_quant_row(const pk_quant_t *c, int64_t m) {
         return;
     }
 #endif
-    (c->kind == PK_Q_INT8 ? blockint8_rows : blockfloat_rows)(
-        x, 1, c->K, (int16_t *)c->q + m * c->ldq, c->ldq, c->xs + m * (c->ldq / QB));
+    if (c->kind == PK_Q_INT8)
+        blockint8_rows(x, 1, c->K, (int16_t *)c->q + m * c->ldq, c->ldq, c->xs + m * (c->ldq / QB));
+    else if (c->span == PK_SPAN) /* the two spans pk_span gives, each with its loops' lengths */
+        blockfloat_span_rows(x, 1, c->K, (int16_t *)c->q + m * c->ldq, c->ldq,
+                             c->xs + m * (c->ldq / QB), PK_SPAN);
+    else
+        blockfloat_rows(x, 1, c->K, (int16_t *)c->q + m * c->ldq, c->ldq, c->xs + m * (c->ldq / QB));
 }
 
 /* Work on the activation rows before a packed product, shared out by rows among the product's
@@ -811,9 +848,10 @@ typedef struct {
  * on its own but with no barrier between them: a region per product made the threads wait for
  * each other at its end (docs/benchmarks.md, "q, k, v and gate, up in one region"). One loop
  * over all their strips measured slower on VNNI's quads at one row. pre (or NULL) prepares the
- * rows first, in the same region. */
+ * rows first, in the same region. span: blocks the rows share a scale over (pk_span, 1 for int8
+ * blocks), for every product (each seg's gb allowing it). */
 static void pk_gemm_segs(const void *a, int64_t lda, const float *xs, const pk_seg_t *seg,
-                         int nseg, int64_t M, int64_t K, int nthreads, int quads,
+                         int nseg, int64_t M, int64_t K, int nthreads, int quads, int64_t span,
                          const pk_pre_t *pre) {
     const int64_t nb = K / QB, xsld = lda / QB;
     const int64_t row_bytes = quads ? lda : 2 * lda;
@@ -844,7 +882,7 @@ static void pk_gemm_segs(const void *a, int64_t lda, const float *xs, const pk_s
                                     g->wp + s * nb * PK_C * QB, g->sp + s * ng * PK_C, g->gb,
                                     g->bias ? g->bias + s * PK_C : NULL,
                                     g->y + m0 * N + s * PK_C, N, nb,
-                                    (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads);
+                                    (int)(b1 - m0 < PK_MR ? b1 - m0 : PK_MR), nc, quads, span);
                 }
             }
         }
@@ -854,9 +892,10 @@ static void pk_gemm_segs(const void *a, int64_t lda, const float *xs, const pk_s
 /* one packed product (pk_gemm_segs) */
 static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                     const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
-                    int64_t N, int64_t K, int nthreads, int quads, const pk_pre_t *pre) {
+                    int64_t N, int64_t K, int nthreads, int quads, int64_t span,
+                    const pk_pre_t *pre) {
     const pk_seg_t seg = {wp, sp, bias, y, N, gb};
-    pk_gemm_segs(a, lda, xs, &seg, 1, M, K, nthreads, quads, pre);
+    pk_gemm_segs(a, lda, xs, &seg, 1, M, K, nthreads, quads, span, pre);
 }
 #endif
 
@@ -1038,11 +1077,12 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
     }
     /* AVX2 builds multiply int8 blocks by pairs too; 2: the pair product, to compare (tests) */
     const int quads = NPC_VNNI && act_int8 == 1;
+    const int64_t span = act_int8 ? 1 : pk_span(group / QB, K / QB);
     const pk_quant_t c = {x, K, quads ? K : ldq, q, xs,
-                          quads ? PK_Q_U8 : act_int8 ? PK_Q_INT8 : PK_Q_FLOAT};
+                          quads ? PK_Q_U8 : act_int8 ? PK_Q_INT8 : PK_Q_FLOAT, span};
     /* the rows' conversion to blocks shared by the product's threads (prefill: hundreds) */
     const pk_pre_t pre = {pk_quant_rows_pre, &c};
-    pk_gemm(q, c.ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, quads, &pre);
+    pk_gemm(q, c.ldq, xs, wp, sp, group / QB, NULL, y, M, N, K, nthreads, quads, span, &pre);
     free(q);
     free(xs);
     return 0;
@@ -1050,6 +1090,19 @@ int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t 
     (void)x; (void)wp; (void)sp; (void)group; (void)act_int8; (void)y; (void)M; (void)N; (void)K;
     (void)nthreads;
     return -3;
+#endif
+}
+
+/* Blocks of QB inputs per activation scale in npc_w8a16_packed's W8A16 rows (pk_span) for a
+ * weight of K inputs with scales per group of `group` (K: per channel); 1 on builds without
+ * the packed layout. */
+int64_t npc_w8a16_packed_span(int64_t group, int64_t K) {
+#if NPC_PACKED
+    if (group <= 0 || !w8a16_group_ok(group, K)) return 1;
+    return pk_span(group / QB, K / QB);
+#else
+    (void)group; (void)K;
+    return 1;
 #endif
 }
 

@@ -480,9 +480,11 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
     case r: if (quads) pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc, 1);           \
             else pk_rows(a, lda, xs, wp, sp, gb, bias, y, ldy, nb, r, nc, 0); break;
 
+/* span: always 1 on this build (pk_span) */
 static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
                         const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
-                        int64_t nb, int mr, int nc, int quads) {
+                        int64_t nb, int mr, int nc, int quads, int64_t span) {
+    (void)span;
     switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)
                   default: PK_CASE(PK_MR) }
 }

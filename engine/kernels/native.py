@@ -221,6 +221,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.npc_w8a16_packed.restype = _INT
     lib.npc_w8a16_packed_rows.argtypes = [_P, _P, _I64, _I64, _I64, _P, _I64, _P]
     lib.npc_w8a16_packed_rows.restype = _INT
+    lib.npc_w8a16_packed_span.argtypes = [_I64, _I64]
+    lib.npc_w8a16_packed_span.restype = _I64
     lib.npc_int8_isa.argtypes = []
     lib.npc_int8_isa.restype = ctypes.c_char_p
 
@@ -298,16 +300,19 @@ def w8a16(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor,
     return y
 
 
-def blockfloat16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The W8A16 kernel's activations, in PyTorch (the oracle its tests hold it to): each block
-    of BLOCK values of a row of x (M, K) gets the power-of-two scale that puts the block's
-    largest magnitude in [2^14, 2^15), and each value becomes round-half-even(x / scale).
-    Returns the int16 values as float64 (M, K) and each value's scale (M, K), so that
-    x ~ values * scale to within 2^-15 of each block's largest magnitude. (The kernel also
-    maps blocks with NaN or infinity to NaN scales, and blocks below 2^-110 to zero.)"""
+def blockfloat16(x: torch.Tensor, span: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The W8A16 kernel's activations, in PyTorch (the oracle its tests hold it to): each span
+    of `span` blocks of BLOCK values of a row of x (M, K) gets the power-of-two scale that puts
+    the span's largest magnitude in [2^14, 2^15), and each value becomes
+    round-half-even(x / scale). Returns the int16 values as float64 (M, K) and each value's
+    scale (M, K), so that x ~ values * scale to within 2^-15 of each span's largest magnitude.
+    (The kernel also maps spans with NaN or infinity to NaN scales, and spans below 2^-110 to
+    zero.) The row-major kernels take span 1; the packed product's span is
+    packed.act_span(group, K)."""
     m, k = x.shape
-    pad = -k % BLOCK
-    xb = torch.nn.functional.pad(x.double(), (0, pad)).view(m, -1, BLOCK)
+    width = BLOCK * span
+    pad = -k % width
+    xb = torch.nn.functional.pad(x.double(), (0, pad)).view(m, -1, width)
     exponent = torch.frexp(xb.abs().amax(-1, keepdim=True).float()).exponent
     scale = torch.ldexp(torch.ones_like(xb[..., :1]), (exponent - 15).double())
     values = torch.round(xb / scale).clamp_(-32767, 32767)

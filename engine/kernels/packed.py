@@ -134,6 +134,15 @@ def pack_w8a16(w: torch.Tensor, scale: torch.Tensor, group: int,
     return PackedW8A16(wp, sp, group, n, k)
 
 
+def act_span(group: int, k: int) -> int:
+    """Blocks of BLOCK inputs that share one activation scale in w8a16_packed's W8A16 rows, for
+    a weight of k inputs with scales per group of `group` (k: per channel): 4 on AVX2 builds
+    where no span straddles two groups (fewer scalings of the int32 sums), else 1 (the row-major
+    kernels' rows). native.blockfloat16(x, span) is their oracle."""
+    lib = library()
+    return int(lib.npc_w8a16_packed_span(group, k)) if lib is not None else 1
+
+
 def w8a16_packed(x: torch.Tensor, p: PackedW8A16, act_int8: bool = False,
                  int8_pairs: bool = False) -> torch.Tensor:
     """fp32 (M, K) x the packed weight -> fp32 (M, N), the activations as 16-bit block
