@@ -262,8 +262,9 @@ def verdict(run: QuantRun, budget_pct: float) -> tuple[bool, str]:
 # The wizard's messages and checks that are not about widgets (the page shows them).
 
 CALIB_BUILTIN_TEXT = ("16 samples of 128 tokens (256 for w8a8-static), sampled from the model "
-                      "after BOS and a few neutral chat prompts: text in the model's own "
-                      "language and format, never the evaluation text.")
+                      "after BOS and a few neutral chat prompts (w8a8-static: two programming "
+                      "requests too): text in the model's own language and format, never the "
+                      "evaluation text.")
 CALIB_REMOTE_TEXT = "Read on the server when the run starts (a path under its roots)."
 
 

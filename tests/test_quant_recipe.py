@@ -54,6 +54,40 @@ def test_self_calibration_is_seeded_and_cached(stories_dir, tmp_path, monkeypatc
     assert "self-generated" in a.description
 
 
+def test_static_calibration_asks_for_code_too_under_its_own_cache_key(demo_model_dir, tmp_path,
+                                                                      monkeypatch):
+    """Static W8A8's self-calibration adds programming requests to the neutral ones; the other
+    methods keep the neutral set and the cache keys their samples were stored under."""
+    from npu_console.engine.models.loader import load_model
+    from npu_console.engine.quant import selfcalib
+    from npu_console.engine.quant.auto import self_prompts_for
+
+    monkeypatch.setenv("NPU_CONSOLE_CACHE", str(tmp_path))
+    static = self_prompts_for("w8a8-static")
+    assert static[:len(selfcalib.PROMPTS)] == selfcalib.PROMPTS
+    assert set(static) - set(selfcalib.PROMPTS) == set(selfcalib.CODE_PROMPTS)
+    assert self_prompts_for("w8a16") == self_prompts_for("w8a8-dynamic") == selfcalib.PROMPTS
+    key = selfcalib._cache_path  # the key is the contract with caches already stored
+    assert key(demo_model_dir, 16, 8, 0) == key(demo_model_dir, 16, 8, 0, selfcalib.PROMPTS)
+    assert key(demo_model_dir, 16, 8, 0, static) != key(demo_model_dir, 16, 8, 0)
+
+    loaded = load_model(demo_model_dir, device="cpu", dtype="float32")
+    starts = selfcalib._starts(loaded.tokenizer, 12, static)
+    asked = [loaded.tokenizer.decode(s) for s in starts[1::2]]
+    assert sum("Python program" in a for a in asked) == 1  # 6 chat slots over 6 requests
+    assert sum("programming task" in a for a in asked) == 1
+    a = selfcalib.self_calibration(loaded.model, loaded.tokenizer, 12, 6, model_dir=demo_model_dir,
+                                   prompts=static)
+    b = selfcalib.self_calibration(loaded.model, loaded.tokenizer, 12, 6, model_dir=demo_model_dir)
+    assert not a.cached and not b.cached  # two keys, two draws
+    assert "4 neutral and 2 programming prompts" in a.description
+    assert "4 neutral prompts" in b.description
+    assert [s.tolist() for s in a.samples] != [s.tolist() for s in b.samples]
+    again = selfcalib.self_calibration(loaded.model, loaded.tokenizer, 12, 6,
+                                       model_dir=demo_model_dir, prompts=static)
+    assert again.cached and [s.tolist() for s in again.samples] == [s.tolist() for s in a.samples]
+
+
 @pytest.fixture(scope="module")
 def cal(stories_dir):
     return [r.unsqueeze(0) for r in sampled_ids(str(stories_dir), 2, 8, 64)]
@@ -132,3 +166,43 @@ def test_whole_model_sensitivity_finds_the_damaged_layer(stories_dir, cal):
     assert mixed.int8_fraction(params, [n for n in names if n not in keep]) >= 0.85
     # nothing estimated above the floor: nothing kept float
     assert mixed.keep_most_sensitive(dict.fromkeys(names, 1e-6), params) == {}
+
+
+
+def test_static_sensitivity_is_scored_on_the_half_its_ranges_never_saw(stories_dir, cal):
+    """Cross-fitting (engine.quant.fisher.crossfit_scores): ranges searched on the even
+    samples are scored on the odd ones and the other way round. With halves that agree there is
+    nothing out of sample to see, and the estimate is the in-sample one; with halves that differ
+    (the odd ones hold one token at every other position) each half is scored with the other's
+    ranges, not its own."""
+    from npu_console.engine.quant import recipe as recipe_mod
+    from npu_console.engine.quant.capture import capture
+    from npu_console.engine.quant.config import select_layers
+    from npu_console.engine.quant.fisher import crossfit_scores, recipe_scores
+
+    model, tok = load_float(stories_dir)
+    names = select_layers(model, QuantConfig(method="w8a8-static")).quantize
+    bos = tok.bos_token_id
+
+    def scored(fit, on):
+        caps = capture(model, fit, names, bos_id=bos)
+        rec = recipe_mod.search(model, "w8a8-static", caps)
+        return recipe_scores(model, rec, recipe_mod.body_stats(caps), names, on)
+
+    twice = [x for s in cal for x in (s, s.clone())]
+    same = crossfit_scores(model, "w8a8-static", names, twice, bos_id=bos)
+    inside = scored(cal, cal)
+    assert set(same) == set(names)
+    for n in names:
+        assert same[n] == pytest.approx(inside[n], rel=1e-4, abs=1e-9), n
+
+    odd = [s.clone() for s in cal]
+    for s in odd:
+        s[0, 1::2] = int(cal[0][0, -1])
+    mixed_halves = [x for pair in zip(cal, odd, strict=True) for x in pair]
+    got = crossfit_scores(model, "w8a8-static", names, mixed_halves, bos_id=bos)
+    a_on_b, b_on_a = scored(cal, odd), scored(odd, cal)
+    for n in names:
+        assert got[n] == pytest.approx((a_on_b[n] + b_on_a[n]) / 2, rel=1e-4, abs=1e-9), n
+    own = scored(cal, cal), scored(odd, odd)  # each half on its own ranges: another answer
+    assert any(abs(got[n] - (own[0][n] + own[1][n]) / 2) > 0.05 * got[n] for n in names)

@@ -430,7 +430,7 @@ static inline float pow2f(int k) {
  * sum a span's blocks in int32 and scale them once (pk_span): the int16 values then carry 15
  * bits of the span's largest, not each block's. Inlined so that each caller's constant span
  * gives loops of known length: a span read at run time made the rows' conversion slow enough
- * to cost a VNNI build's packed product 4-8 % (bench_packed_ab.py). */
+ * to cost a VNNI build's packed product 4-11 % (bench_packed_ab.py). */
 static inline __attribute__((always_inline)) void
 blockfloat_span_rows(const float *x, int64_t M, int64_t K, int16_t *q, int64_t ldq, float *xs,
                      const int64_t span) {

@@ -38,6 +38,16 @@ STATIC_SELF_TOKENS = 256
 
 def self_tokens_for(method: str) -> int:
     return STATIC_SELF_TOKENS if method == "w8a8-static" else SELF_TOKENS
+
+
+def self_prompts_for(method: str) -> tuple[str, ...]:
+    """The chat requests of a method's self-calibration. Static W8A8 adds two programming
+    requests (2 of its 16 samples): its ranges are fixed by this text, and code ran past ranges
+    fitted on the neutral ones alone. The other methods take their activation ranges per token
+    or per block at run time, and keep the neutral set (and their cached samples)."""
+    from .selfcalib import CODE_PROMPTS, PROMPTS
+
+    return PROMPTS + CODE_PROMPTS if method == "w8a8-static" else PROMPTS
 EVAL_CTX = 512
 EVAL_MAX_TOKENS = 4096
 
@@ -66,15 +76,17 @@ def calibration_samples(model: Any, tok: Any, calib_file: str | None, samples: i
                         progress: Progress | None, cancel: threading.Event | None,
                         self_samples: int = SELF_SAMPLES,
                         self_tokens: int = SELF_TOKENS,
-                        seed: int = 0) -> tuple[list[torch.Tensor], str]:
+                        seed: int = 0,
+                        self_prompts: tuple[str, ...] | None = None
+                        ) -> tuple[list[torch.Tensor], str]:
     if calib_file:
         texts = calib_mod.read_texts(calib_file)
         got = calib_mod.build_samples(tok, texts, samples, seq_len)
         return got, f"file {Path(calib_file).name}: {len(got)} windows of {seq_len} tokens"
-    from .selfcalib import self_calibration
+    from .selfcalib import PROMPTS, self_calibration
 
     sc = self_calibration(model, tok, self_samples, self_tokens, seed=seed, model_dir=model_dir,
-                          progress=progress, cancel=cancel)
+                          progress=progress, cancel=cancel, prompts=self_prompts or PROMPTS)
     return sc.samples, sc.description + (" (cached)" if sc.cached else "")
 
 
@@ -133,9 +145,7 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
     if budget_pct is not None and w8a8:
         whole = None
         if cfg.method == "w8a8-static":  # as the default recipe ranks (below)
-            from .fisher import recipe_scores
-
-            whole = recipe_scores(model, rec, stats, names, samples, progress, cancel)
+            whole = _static_scores(model, cfg, names, samples, tok, progress, cancel)
         twin = mixed.float_twin(model, rec, stats, names)
         quantize_model(model, cfg, stats, progress=progress, cancel=cancel, recipe=rec)
         res = mixed.fit_budget(model, twin, rec, params, measure, float_ppl, budget_pct,
@@ -149,9 +159,7 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
         if cfg.method == "w8a8-static":
             # ranked by the whole model's loss, not the layer's own error: the layers whose
             # output error the later layers amplify (sink-token down_proj) go float first
-            from .fisher import recipe_scores
-
-            scores = recipe_scores(model, rec, stats, names, samples, progress, cancel)
+            scores = _static_scores(model, cfg, names, samples, tok, progress, cancel)
             rec.keep_float = mixed.keep_most_sensitive(scores, params)
         elif w8a8:
             rec.keep_float = mixed.auto_keep_float(rec, params)
@@ -170,6 +178,16 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
                        int8_weight_fraction=mixed.int8_fraction(params, info.quantized),
                        kept_float=dict(rec.keep_float), float_ppl=float_ppl,
                        quant_ppl=quant_ppl, budget=budget)
+
+
+def _static_scores(model: Any, cfg: QuantConfig, names: list[str], samples: list[torch.Tensor],
+                   tok: Any, progress: Progress | None,
+                   cancel: threading.Event | None) -> dict[str, float]:
+    """Static W8A8's whole-model sensitivity, scored out of sample (engine.quant.fisher)."""
+    from .fisher import crossfit_scores
+
+    return crossfit_scores(model, cfg.method, names, samples, bos_id=tok.bos_token_id,
+                           act_blocks=cfg.act_blocks, progress=progress, cancel=cancel)
 
 
 def check_budget(budget_pct: float | None) -> None:

@@ -33,6 +33,11 @@ PROMPTS = ("Tell me about something you find interesting.",
            "Write a short story.",
            "Explain how something in everyday life works.",
            "Describe a place you know well.")
+# static W8A8 adds these (engine.quant.auto.self_prompts_for): its input ranges are fixed by
+# the calibration text, and code's punctuation and indentation ran past ranges calibrated on
+# the neutral requests alone, by up to 4.4x (docs/quantization.md)
+CODE_PROMPTS = ("Write a short Python program and explain how it works.",
+                "Show how to solve a small programming task, with code.")
 VERSION = 2  # bump when the sampling changes, so cached samples are not reused
 TOP_P = 0.95
 # a float64 copy of the model writes the samples when it takes at most this share of free
@@ -48,13 +53,14 @@ class SelfCalibration:
     cached: bool = False
 
 
-def _starts(tokenizer: Any, n: int) -> list[list[int]]:
-    """n prompts: every other one BOS alone (free text), the rest a neutral chat request."""
+def _starts(tokenizer: Any, n: int, prompts: tuple[str, ...] = PROMPTS) -> list[list[int]]:
+    """n prompts: every other one BOS alone (free text), the rest chat requests from `prompts`
+    in turn."""
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     free = [bos] if bos is not None else tokenizer("The", add_special_tokens=False)["input_ids"]
     chats = []
     if getattr(tokenizer, "chat_template", None):
-        for p in PROMPTS:
+        for p in prompts:
             try:
                 ids = tokenizer.apply_chat_template([{"role": "user", "content": p}],
                                                     add_generation_prompt=True, tokenize=True)
@@ -67,7 +73,8 @@ def _starts(tokenizer: Any, n: int) -> list[list[int]]:
     return [chats[(i // 2) % len(chats)] if chats and i % 2 else list(free) for i in range(n)]
 
 
-def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Path:
+def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int,
+                prompts: tuple[str, ...] = PROMPTS) -> Path:
     from ..paths import cache_dir
 
     p = Path(model_dir).resolve()
@@ -78,13 +85,18 @@ def _cache_path(model_dir: str | Path, n: int, new_tokens: int, seed: int) -> Pa
                      and f.name != "meta.json")
     ident = [str(p), VERSION, n, new_tokens, seed,
              [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in weights]]
+    if prompts != PROMPTS:  # the neutral set keeps the keys that caches already hold
+        ident.append(list(prompts))
     key = hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:16]
     return cache_dir() / "selfcalib" / f"{p.name}-{key}.json"
 
 
-def _describe(n: int, new_tokens: int, seed: int, writer: str) -> str:
+def _describe(n: int, new_tokens: int, seed: int, writer: str,
+              prompts: tuple[str, ...] = PROMPTS) -> str:
+    code = len([p for p in prompts if p in CODE_PROMPTS])
+    kinds = f"{len(prompts) - code} neutral" + (f" and {code} programming" if code else "")
     return (f"self-generated: {n} samples of {new_tokens} tokens sampled from the model "
-            f"in {writer} (BOS and {len(PROMPTS)} neutral prompts, temperature 1, "
+            f"in {writer} (BOS and {kinds} prompts, temperature 1, "
             f"top-p {TOP_P}, seed {seed})")
 
 
@@ -145,24 +157,27 @@ def _sample(model: Any, starts: list[list[int]], new_tokens: int, seed: int,
 def self_calibration(model: Any, tokenizer: Any, n: int = 16, new_tokens: int = 128,
                      seed: int = 0, model_dir: str | Path | None = None,
                      progress: Progress | None = None,
-                     cancel: threading.Event | None = None) -> SelfCalibration:
-    """n samples of `new_tokens` sampled tokens each (after their prompt); cached under the
-    cache dir when `model_dir` names the model's files."""
-    path = _cache_path(model_dir, n, new_tokens, seed) if model_dir is not None else None
+                     cancel: threading.Event | None = None,
+                     prompts: tuple[str, ...] = PROMPTS) -> SelfCalibration:
+    """n samples of `new_tokens` sampled tokens each (after their prompt: BOS alone or one of
+    `prompts`); cached under the cache dir when `model_dir` names the model's files."""
+    path = (_cache_path(model_dir, n, new_tokens, seed, prompts) if model_dir is not None
+            else None)
     if path is not None and path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             return SelfCalibration([torch.tensor([r]) for r in data["samples"]],
                                    data["prompt_lens"],
-                                   _describe(n, new_tokens, seed, data["writer"]), cached=True)
+                                   _describe(n, new_tokens, seed, data["writer"], prompts),
+                                   cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache file: generate again
-    starts = _starts(tokenizer, n)
+    starts = _starts(tokenizer, n, prompts)
     writer, precision = _writer(model)
     rows = _sample(writer, starts, new_tokens, seed, progress, cancel)
     del writer
     lens = [len(s) for s in starts]
-    desc = _describe(n, new_tokens, seed, precision)
+    desc = _describe(n, new_tokens, seed, precision, prompts)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

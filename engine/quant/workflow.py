@@ -388,13 +388,13 @@ def _auto(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
 
 def _calibration(req: QuantizeRequest, cfg: QuantConfig, loaded: Any, ev: StageTracker,
                  cancel: threading.Event, seed: int) -> tuple[list, str]:
-    from .auto import calibration_samples, self_tokens_for
+    from .auto import calibration_samples, self_prompts_for, self_tokens_for
 
     ev.enter("calibrate", "preparing calibration samples")
     samples, source = calibration_samples(loaded.model, loaded.tokenizer, req.calib_file,
                                           req.samples, req.seq_len, loaded.files_dir, ev.step,
                                           cancel, self_tokens=self_tokens_for(cfg.method),
-                                          seed=seed)
+                                          seed=seed, self_prompts=self_prompts_for(cfg.method))
     ev.check()
     return samples, source
 

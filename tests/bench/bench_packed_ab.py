@@ -19,8 +19,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import types
 import time
+import types
 from pathlib import Path
 
 import torch

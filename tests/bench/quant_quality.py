@@ -50,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.auto import calibration_samples, run_auto, self_tokens_for
+    from npu_console.engine.quant.auto import (
+        calibration_samples,
+        run_auto,
+        self_prompts_for,
+        self_tokens_for,
+    )
     from npu_console.engine.quant.workflow import QuantizeRequest, rotated_config
 
     loaded = load_model(args.model, device="cpu", dtype="float32")
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             samples, source = calibration_samples(loaded.model, tok, None, 0, 0,
                                                   loaded.files_dir, None, None,
-                                                  self_tokens=self_tokens_for(method), seed=seed)
+                                                  self_tokens=self_tokens_for(method), seed=seed,
+                                                  self_prompts=self_prompts_for(method))
             extra = {} if args.group_size is None else {"group_size": args.group_size}
             req = QuantizeRequest(model_dir="", out_dir=None, method=method,
                                   rotate=args.rotate, **extra)

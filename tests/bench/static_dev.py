@@ -44,7 +44,12 @@ def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.paths import CALIB_DIR
     from npu_console.engine.quant import eval_methods as em
-    from npu_console.engine.quant.auto import calibration_samples, eval_measure, self_tokens_for
+    from npu_console.engine.quant.auto import (
+        calibration_samples,
+        eval_measure,
+        self_prompts_for,
+        self_tokens_for,
+    )
 
     loaded = load_model(model_path, device="cpu", dtype="float32")
     tok = loaded.tokenizer
@@ -54,11 +59,11 @@ def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 
         with torch.inference_mode():
             return em.evaluate_texts(model, tok, docs, "chunks", 512, whole=whole).perplexity
 
-    def draw(seed: int, tokens: int):
+    def draw(seed: int, tokens: int, prompts=None):
         return calibration_samples(loaded.model, tok, None, 0, 0, loaded.files_dir, None,
-                                   None, self_tokens=tokens, seed=seed)
+                                   None, self_tokens=tokens, seed=seed, self_prompts=prompts)
 
-    samples, source = draw(0, self_tokens_for(method))
+    samples, source = draw(0, self_tokens_for(method), self_prompts_for(method))
     own = eval_measure(tok, None, draw(own_text_seed, 256)[0])
     return DevData(loaded, samples, source, dev, own, dev(loaded.model), own(loaded.model))
 
