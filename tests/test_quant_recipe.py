@@ -200,7 +200,11 @@ def test_static_sensitivity_is_scored_on_the_half_its_ranges_never_saw(stories_d
     for s in odd:
         s[0, 1::2] = int(cal[0][0, -1])
     mixed_halves = [x for pair in zip(cal, odd, strict=True) for x in pair]
-    got = crossfit_scores(model, "w8a8-static", names, mixed_halves, bos_id=bos)
+    seen = []
+    got = crossfit_scores(model, "w8a8-static", names, mixed_halves, bos_id=bos,
+                          progress=lambda *a: seen.append(a))
+    # one stage, counted over both halves: a run's progress bar never steps back
+    assert seen == [("sensitivity", i + 1, len(mixed_halves)) for i in range(len(mixed_halves))]
     a_on_b, b_on_a = scored(cal, odd), scored(odd, cal)
     for n in names:
         assert got[n] == pytest.approx((a_on_b[n] + b_on_a[n]) / 2, rel=1e-4, abs=1e-9), n

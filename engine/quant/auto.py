@@ -48,6 +48,8 @@ def self_prompts_for(method: str) -> tuple[str, ...]:
     from .selfcalib import CODE_PROMPTS, PROMPTS
 
     return PROMPTS + CODE_PROMPTS if method == "w8a8-static" else PROMPTS
+
+
 EVAL_CTX = 512
 EVAL_MAX_TOKENS = 4096
 

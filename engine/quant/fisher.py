@@ -138,12 +138,19 @@ def crossfit_scores(model: Any, method: str, names: list[str], samples: list[tor
     if not halves[1]:  # one sample: nothing to score out of
         halves = (samples, samples)
     total = dict.fromkeys(names, 0.0)
+    done = 0
     for fit, scored in (halves, halves[::-1]):
-        caps = capture(model, fit, names, bos_id=bos_id, progress=progress, cancel=cancel)
-        rec = recipe_mod.search(model, method, caps, progress=progress, cancel=cancel,
-                                act_blocks=act_blocks)
-        got = recipe_scores(model, rec, recipe_mod.body_stats(caps), names, scored, progress,
+        # the capture and search of a half are quick and report nothing: a run's progress
+        # stays in its sensitivity stage, counted over both halves' samples
+        caps = capture(model, fit, names, bos_id=bos_id, cancel=cancel)
+        rec = recipe_mod.search(model, method, caps, cancel=cancel, act_blocks=act_blocks)
+
+        def step(name: str, i: int, _n: int, base: int = done) -> None:
+            if progress:
+                progress(name, base + i, len(halves[0]) + len(halves[1]))
+        got = recipe_scores(model, rec, recipe_mod.body_stats(caps), names, scored, step,
                             cancel)
+        done += len(scored)
         for n, v in got.items():
             total[n] += v / 2
     return total
