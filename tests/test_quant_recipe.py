@@ -168,7 +168,6 @@ def test_whole_model_sensitivity_finds_the_damaged_layer(stories_dir, cal):
     assert mixed.keep_most_sensitive(dict.fromkeys(names, 1e-6), params) == {}
 
 
-
 def test_static_sensitivity_is_scored_on_the_half_its_ranges_never_saw(stories_dir, cal):
     """Cross-fitting (engine.quant.fisher.crossfit_scores): ranges searched on the even
     samples are scored on the odd ones and the other way round. With halves that agree there is
