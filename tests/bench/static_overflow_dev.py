@@ -33,6 +33,22 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE_SOURCES = ("engine/quant/gptq.py", "engine/quant/search.py", "engine/runtime/scheduler.py")
 
 
+def code_text() -> str:
+    return "\n\n".join((ROOT / p).read_text(encoding="utf-8") for p in CODE_SOURCES)
+
+
+def code_perplexity(tok):
+    """Perplexity on the dev code text (CODE_SOURCES), llama.cpp's chunks at ctx 512."""
+    from npu_console.engine.quant import eval_methods as em
+
+    code = code_text()
+
+    def ppl(model) -> float:
+        with torch.inference_mode():
+            return em.evaluate_texts(model, tok, [code], "chunks", 512, whole=code).perplexity
+    return ppl
+
+
 def fake_forward(mod, step: torch.Tensor, per_token_overflow: bool):
     """mod's product in float32 on its own int8 weights, activations rounded to the static grid
     of `step`; with per_token_overflow, a row whose largest |x| exceeds the range takes its own
@@ -61,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from npu_console.engine.quant import eval_methods as em
     from npu_console.engine.quant.auto import run_auto
     from npu_console.engine.quant.qlinear import QuantLinear
     from npu_console.engine.quant.workflow import QuantizeRequest
@@ -69,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     d = dev_data(args.model, "w8a8-static", args.own_text_seed)
     tok = d.loaded.tokenizer
-    code = "\n\n".join((ROOT / p).read_text(encoding="utf-8") for p in CODE_SOURCES)
-
-    def code_ppl(model) -> float:
-        with torch.inference_mode():
-            return em.evaluate_texts(model, tok, [code], "chunks", 512, whole=code).perplexity
+    code_ppl = code_perplexity(tok)
 
     base = {"dev": d.base_dev, "own": d.base_own, "code": code_ppl(d.loaded.model)}
     print(json.dumps({"float": base}), flush=True)
@@ -109,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return hook
 
     handles = [m.register_forward_pre_hook(hook_for(n, m)) for n, m in layers.items()]
-    ids = tok(code, return_tensors="pt").input_ids[0]
+    ids = tok(code_text(), return_tensors="pt").input_ids[0]
     with torch.inference_mode():
         for s in range(0, len(ids) - 1, 512):
             chunk_ids[:] = ids[s:s + 512].tolist()

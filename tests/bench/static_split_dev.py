@@ -20,12 +20,9 @@ import argparse
 import copy
 import json
 import time
-from pathlib import Path
 from unittest import mock
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,13 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from npu_console.engine.quant import auto
-    from npu_console.engine.quant import eval_methods as em
     from npu_console.engine.quant import recipe as recipe_mod
     from npu_console.engine.quant.fisher import recipe_scores
     from npu_console.engine.quant.selfcalib import PROMPTS
     from npu_console.engine.quant.workflow import QuantizeRequest
     from static_dev import dev_data  # beside this script
-    from static_overflow_dev import CODE_SOURCES
+    from static_overflow_dev import code_perplexity
 
     d = dev_data(args.model, "w8a8-static", args.own_text_seed)
     tok = d.loaded.tokenizer
@@ -56,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             d.loaded.model, tok, None, 0, 0, d.loaded.files_dir, None, None,
             self_tokens=auto.self_tokens_for("w8a8-static"), seed=args.seed,
             self_prompts=PROMPTS if args.neutral else auto.self_prompts_for("w8a8-static"))
-    code = "\n\n".join((ROOT / p).read_text(encoding="utf-8") for p in CODE_SOURCES)
-
-    def code_ppl(model) -> float:
-        with torch.inference_mode():
-            return em.evaluate_texts(model, tok, [code], "chunks", 512, whole=code).perplexity
+    code_ppl = code_perplexity(tok)
 
     base = {"dev": d.base_dev, "own": d.base_own, "code": code_ppl(d.loaded.model)}
     print(json.dumps({"float": base, "calibration": source}), flush=True)
