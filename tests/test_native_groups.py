@@ -141,18 +141,48 @@ def test_grouped_layers_run_where_the_per_channel_ones_do(group, rows, cpu_path)
     # native: 16-bit block floating point activations; PyTorch's: bf16 ones
     assert _rel(y, ref) < (1e-4 if cpu_path == "native" else 1e-2)
     q.release_plain_weight()
-    # VNNI builds multiply a packed copy (67 channels: 5 strips, the last one padded), so the
-    # plain weight and scales go and are read back from it; other paths keep reading them
+    # x86 builds multiply a packed copy (67 channels: 5 strips, the last one padded), so the
+    # plain weight and scales go and are read back from it, the scales as the packed copy's
+    # fp16 keeps them; other paths keep reading them
     packs = cpu_path == "native" and packed_kernels.available()
     assert q.weight.numel() == (0 if packs else 384 * 67)
     assert q.weight_scale.numel() == (0 if packs else 67 * 384 // group)
-    assert torch.equal(q.plain_weight(), w) and torch.equal(q.plain_scale(), s)
+    assert torch.equal(q.plain_weight(), w)
+    assert torch.equal(q.plain_scale(), s.half().float() if packs else s)
     if not packs:
         assert torch.equal(q(x), y)
-    elif packed_kernels.act_span(group, 384) == 1:
-        assert _rel(q(x), y) < 1e-6  # the same products summed in another order
-    else:  # AVX2 builds: activation scales per span of blocks (act_span), rounded differently
-        assert _rel(q(x), ref) < 1e-4
+    else:  # within fp16's rounding of the scales (2^-11) of the float64 product
+        ref16 = x.double() @ q.dequantized_weight().double().t() + lin.bias.double()
+        assert _rel(q(x), ref16) < 1e-4 and _rel(q(x), ref) < 1e-3
+
+
+def test_a_layer_whose_scales_fp16_cannot_hold_is_served_unpacked():
+    """The packed copy keeps fp16 scales; a layer of weights near 1e-3 (scales under fp16's
+    normal range, which would keep a few bits of themselves) stays on the row-major kernel with
+    its fp32 scales, its plain weight kept, and its products unchanged. Scales that are fp16
+    values already pack in any range."""
+    needs_native()
+    if not packed_kernels.available():
+        pytest.skip("this build has no packed layout: no layer is packed")
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(384, 48)
+    x = torch.randn(3, 384)
+    for scale_by, packs in ((1.0, True), (0.01, False)):
+        with torch.no_grad():
+            lin.weight.mul_(scale_by)
+        q = QuantLinear.from_linear(lin, "w8a16", group_size=32)
+        assert qmath.half_holds(q.weight_scale) is packs
+        y = q(x)
+        q.release_plain_weight()
+        assert (q.packed is not None) is packs and (q.weight.numel() == 0) is packs
+        assert _rel(q(x), y) < 1e-6
+    # the same small scales as fp16 values (a GGUF's Q8_0 keeps them so): packed, exactly
+    q = QuantLinear.from_linear(lin, "w8a16", group_size=32)
+    q.weight_scale = q.weight_scale.half().float()
+    assert not qmath.fits_half(q.weight_scale) and qmath.half_holds(q.weight_scale)
+    s = q.weight_scale.clone()
+    q.release_plain_weight()
+    assert q.packed is not None and torch.equal(q.plain_scale(), s)
 
 
 def test_groups_the_native_kernel_cannot_take_fall_back_to_pytorch():

@@ -4,7 +4,7 @@ the row-major kernels, W8A16 with per-group and per-channel scales and w8a8-dyna
 blocks, for every row count the kernel blocks differently (1-8 rows per pass over a strip,
 more in chunks), output counts that leave the last strip of 16 channels partial, and every
 group size the kernels take; the plain weight and scales read back exactly from the packed
-copy."""
+copy, whose scales are fp16: rounded to the nearest, and refused for a layer fp16 cannot hold."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ def _packs():
                     "the row-major grouped kernel runs instead (tests/test_native_groups.py)")
 
 
-def _layer(n: int, k: int, group: int, seed: int):
-    """int8 (n, k) and fp32 scales per group (n, k / group), or per channel (n,) for group 0"""
+def _layer(n: int, k: int, group: int, seed: int, half: bool = True):
+    """int8 (n, k) and fp32 scales per group (n, k / group), or per channel (n,) for group 0;
+    with half, values fp16 holds (a Q8_0 file's), so the packed copy keeps them exactly"""
     g = torch.Generator().manual_seed(seed)
     w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
     scale = torch.rand(*((n, k // group) if group else (n,)), generator=g) * 0.02 + 1e-3
-    return w, scale
+    return w, scale.half().float() if half else scale
 
 
 # (out, in, group, int8 activations): w8a8-dynamic's weights have per-channel scales only
@@ -101,7 +102,7 @@ def test_a_projection_from_a_strip_boundary_reads_its_own_rows():
     tail = packing.pack_w8a16(w[32:], scale[32:], 32)
     w_at, s_at = packed.strip_offsets(32)
     assert w_at - packed.weight.data_ptr() == tail.weight.numel()
-    assert s_at - packed.scale.data_ptr() == tail.scale.numel() * 4
+    assert s_at - packed.scale.data_ptr() == tail.scale.numel() * 2  # fp16
     assert torch.equal(packed.weight[tail.weight.numel():], tail.weight)
     assert torch.equal(packed.scale[tail.scale.numel():], tail.scale)
 
@@ -113,13 +114,15 @@ def test_groups_the_kernel_cannot_take_are_refused():
 
 
 def test_packing_in_place_uses_the_weights_own_memory():
-    """Serving repacks a loaded model in its own memory: the packed tensors are views of the
-    plain ones, with the same bytes as a packed copy; a partial strip is refused, not packed."""
+    """Serving repacks a loaded model in its own memory: the packed weight is a view of the
+    plain one, with the same bytes as a packed copy (the fp16 scales are new, half the fp32
+    ones' bytes); a partial strip is refused, not packed."""
     w, scale = _layer(48, 256, 64, seed=4)
     want = packing.pack_w8a16(w, scale, 64)
-    ptr, sptr = w.data_ptr(), scale.data_ptr()
+    ptr = w.data_ptr()
     got = packing.pack_w8a16(w, scale, 64, in_place=True)
-    assert got.weight.data_ptr() == ptr and got.scale.data_ptr() == sptr
+    assert got.weight.data_ptr() == ptr and got.scale.dtype == torch.float16
+    assert got.scale.nbytes == scale.nbytes // 2
     assert torch.equal(got.weight, want.weight) and torch.equal(got.scale, want.scale)
     w2, s2 = _layer(40, 256, 64, seed=5)
     with pytest.raises(ValueError, match="whole strips"):
@@ -135,6 +138,48 @@ def test_rows_read_from_the_packed_copy_are_the_plain_rows():
     ids = torch.tensor([[0, 36, 17], [15, 16, 31]])
     q, s = packed.rows(ids)
     assert torch.equal(q, w[ids]) and torch.equal(s, scale[ids])
+
+
+@pytest.mark.parametrize("n,k,group,act_int8", [(67, 384, 32, False), (40, 256, 64, False),
+                                                (67, 384, 0, False), (67, 384, 0, True)])
+def test_fp32_scales_are_kept_as_their_nearest_fp16(n, k, group, act_int8):
+    """Scales fp16 does not hold exactly (our own quantizers') round to the nearest fp16 in the
+    packed copy, and the product is the row-major kernel's with those rounded scales: at most
+    2^-11 of each scale away from the fp32 one."""
+    w, scale = _layer(n, k, group, seed=11 + group, half=False)
+    nearest = scale.half().float()
+    assert not torch.equal(nearest, scale)  # the test's scales need rounding
+    packed = packing.pack_w8a16(w, scale, group)
+    got_scale = packed.unpack_scale()
+    fp32 = scale.view_as(got_scale)
+    assert torch.equal(got_scale, nearest.view_as(got_scale))
+    assert ((got_scale - fp32).abs() <= fp32 * 2.0 ** -11).all()
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(3)) * 3
+    want = (native.w8a8_blocks(x, w, nearest) if act_int8
+            else native.w8a16(x, w, nearest, group))
+    got = packing.w8a16_packed(x, packed, act_int8)
+    span = 1 if act_int8 else packing.act_span(packed.group, k)
+    tol = 1e-5 if span == 1 else 1e-3  # AVX2's spans: another rounding of the activations
+    assert (got - want).abs().max() <= tol * want.abs().max()
+
+
+def test_fp16_holds_a_layers_scales_to_2_to_the_minus_10_of_its_channels_largest():
+    """fits_half: yes for real scales, for a channel of zeros (the quantizers' floor of 1e-8)
+    and for one small group beside larger ones; no for a channel whose largest scale falls
+    below fp16's normal range (it would keep only a few bits) or above its largest value."""
+    ok = torch.rand(8, 4) * 0.02 + 1e-3
+    assert qmath.fits_half(ok) and qmath.fits_half(ok[:, 0])
+    zeros = ok.clone()
+    zeros[3] = 1e-8
+    small_group = ok.clone()
+    small_group[2, 1] = 1e-7
+    assert qmath.fits_half(zeros) and qmath.fits_half(small_group)
+    tiny = ok.clone()
+    tiny[5] = 3e-6  # a channel of weights near 4e-4: subnormal in fp16
+    huge = ok.clone()
+    huge[0, 0] = 7e4
+    assert not qmath.fits_half(tiny) and not qmath.fits_half(tiny[:, 0])
+    assert not qmath.fits_half(huge)
 
 
 @pytest.mark.parametrize("n,k,group", [(37, 128, 32), (37, 128, 64), (20, 96, 0)])

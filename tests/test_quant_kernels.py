@@ -44,6 +44,30 @@ def test_weight_quantization_is_symmetric_and_bounded():
     assert (qmath.dequantize_weight(qg, sg) - w).abs().mean() <= err.mean()
 
 
+@pytest.mark.parametrize("group", [0, 32])
+def test_weight_scales_are_fp16_values_raised_never_lowered(group):
+    """A GGUF's Q8_0 keeps fp16 scales, and so does the CPU kernels' packed copy: our scales
+    are fp16 values already, so a served layer multiplies with the scales its weights were
+    rounded with. Each is amax / 127 raised to the next fp16 (within 2^-10, and no weight
+    clips). A layer whose channels' scales fp16 cannot hold (weights near 4e-4: subnormal)
+    keeps exact fp32 ones."""
+    w = torch.randn(64, 128, generator=torch.Generator().manual_seed(0)) * 0.02
+    w[3] = 0.0  # a channel of zeros: the floor of 1e-8
+    q, s = qmath.quantize_weight(w, group)
+    amax = (w.view(64, -1, group) if group else w.view(64, 1, -1)).abs().amax(-1)
+    exact = (amax / 127).clamp_min(1e-8).view_as(s)
+    assert torch.equal(s.half().float(), s)
+    assert (s >= exact).all() and (s <= exact * (1 + 2.0 ** -10) + 2.0 ** -24).all()
+    err = (qmath.dequantize_weight(q, s) - w).abs()
+    assert q.abs().max() == 127 and (err <= (s if group else s[:, None]).repeat_interleave(
+        group or 128, -1).view(64, 128) / 2 + 1e-9).all()
+    tiny = w * 0.02  # largest weights near 1e-3: scales near 8e-6, under fp16's normal range
+    _, st = qmath.quantize_weight(tiny, group)
+    assert not qmath.fits_half(st)
+    want = (tiny.view(64, -1, group) if group else tiny.view(64, 1, -1)).abs().amax(-1) / 127
+    assert torch.equal(st, want.clamp_min(1e-8).view_as(st))
+
+
 @pytest.mark.parametrize("method", ["w8a16", "w8a8-dynamic", "w8a8-static"])
 @pytest.mark.parametrize("bias,k", [(True, 256), (False, 172)])  # 172: K not a multiple of 8
 def test_cpu_kernel_matches_integer_reference(method, bias, k, cpu_path):

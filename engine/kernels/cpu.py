@@ -110,10 +110,12 @@ class CpuBackend:
     def packs(self, mod) -> bool:
         """On an x86 build the block products (W8A16, w8a8-dynamic's int8 blocks) of a served
         layer multiply a packed copy (kernels/packed.py): at 8 rows 3x the row-major kernel on
-        AVX512-VNNI, 1.3-1.6x on AVX2; 1.1x at one."""
+        AVX512-VNNI, 1.3-1.6x on AVX2; 1.1x at one. Its scales become fp16 there: a layer
+        whose scales fp16 cannot hold (qmath.half_holds) keeps the row-major kernels."""
         return (mod.act_rows == "block" and mod.method in ("w8a16", "w8a8-dynamic")
                 and packing.can_pack(mod.out_features, mod.in_features, mod.group_size)
-                and self.native_for(mod) and packing.available())
+                and self.native_for(mod) and packing.available()
+                and (mod.packed is not None or qmath.half_holds(mod.weight_scale)))
 
     def pack_for_serving(self, mod, dtype: torch.dtype | None = None) -> tuple:
         """prepare, for a layer whose plain weight goes next (Int8Linear.release_plain_weight):
@@ -121,7 +123,7 @@ class CpuBackend:
         is not held twice. Only then: while the plain weight lives it is the layer's weight
         (updated in place, copied), so the products read it."""
         if mod.packed is None and self.packs(mod):
-            in_place = (mod.weight.is_contiguous() and mod.weight_scale.is_contiguous()
+            in_place = (mod.weight.is_contiguous()
                         and mod.out_features % packing.PACK_CHANNELS == 0)
             mod.packed = packing.pack_w8a16(mod.weight, mod.weight_scale, mod.group_size,
                                             in_place=in_place)

@@ -35,7 +35,8 @@ typedef struct {
     float static_scale;
     int32_t group;      /* W8A16: inputs per weight-scale group (scale [n, k / group]); 0: [n] */
     const void *w;      /* [n, k] row-major, fp32 or int8 */
-    const float *scale; /* int8: per-output-channel scales [n], or per group (above) */
+    /* int8: fp32 per-output-channel scales [n], or per group (above); packed: fp16 (below) */
+    const void *scale;
     const float *bias;  /* [n] or NULL */
     int64_t n, k;
     const int32_t *wsum; /* W8A8: sum_k w[n, k] per row [n] (the VNNI product's correction) */

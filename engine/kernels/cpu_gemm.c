@@ -764,7 +764,7 @@ static int w8a16_group_ok(int64_t group, int64_t K) {
  * and, for w8a8-dynamic's int8 blocks, quads; cpu_pk_avx2.c, pairs only, on other x86 builds */
 #if NPC_VNNI
 #define NPC_PACKED 1
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define NPC_PACKED 1
 #include "cpu_pk_avx2.c"
 #else
@@ -829,11 +829,11 @@ static void pk_quant_rows_pre(const void *ctx, int64_t m) {
     pk_quant_row((const pk_quant_t *)ctx, m);
 }
 
-/* One packed product of a layer's input: N channels' packed weight wp with scales sp per group
- * of gb blocks, bias (or NULL), into y [M, N] */
+/* One packed product of a layer's input: N channels' packed weight wp with fp16 scales sp per
+ * group of gb blocks, bias (or NULL), into y [M, N] */
 typedef struct {
     const int8_t *wp;
-    const float *sp;
+    const uint16_t *sp;
     const float *bias;
     float *y;
     int64_t N, gb;
@@ -891,7 +891,7 @@ static void pk_gemm_segs(const void *a, int64_t lda, const float *xs, const pk_s
 
 /* one packed product (pk_gemm_segs) */
 static void pk_gemm(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                    const float *sp, int64_t gb, const float *bias, float *y, int64_t M,
+                    const uint16_t *sp, int64_t gb, const float *bias, float *y, int64_t M,
                     int64_t N, int64_t K, int nthreads, int quads, int64_t span,
                     const pk_pre_t *pre) {
     const pk_seg_t seg = {wp, sp, bias, y, N, gb};
@@ -956,13 +956,14 @@ int npc_w8a16(const float *x, const int8_t *w, const float *scale, float *y, int
 int npc_w8a16_packs(void) { return NPC_PACKED; }
 
 #if NPC_PACKED
-/* one strip: rows [0, nr) of w (K apart) and their scales (ng apart) -> the strip's packed
- * bytes and scales, channels nr..PK_C-1 zero */
+/* one strip: rows [0, nr) of w (K apart) and their fp32 scales (ng apart) -> the strip's packed
+ * bytes and fp16 scales (rounded to nearest), channels nr..PK_C-1 zero */
 static void pack_strip(const int8_t *w, const float *scale, int nr, int64_t K, int64_t ng,
-                       int8_t *wp, float *sp) {
+                       int8_t *wp, uint16_t *sp) {
     const int64_t nb = K / QB;
     for (int c = 0; c < PK_C; c++) {
-        for (int64_t g = 0; g < ng; g++) sp[g * PK_C + c] = c < nr ? scale[c * ng + g] : 0.0f;
+        for (int64_t g = 0; g < ng; g++)
+            sp[g * PK_C + c] = c < nr ? _cvtss_sh(scale[c * ng + g], _MM_FROUND_TO_NEAREST_INT) : 0;
         for (int64_t b = 0; b < nb; b++) {
             /* the block's 16 input pairs of channel c, 32 bytes apart */
             int8_t *dst = wp + b * PK_C * QB + 2 * c;
@@ -976,47 +977,39 @@ static void pack_strip(const int8_t *w, const float *scale, int nr, int64_t K, i
 }
 #endif
 
-/* w [N, K] int8 with scales [N, K / group] -> wp [ceil(N / 16) * 16 * K] and
- * sp [ceil(N / 16) * 16 * K / group], the packed layout above (padding channels zero).
- * In place (wp == w and sp == scale) when N is a whole number of strips: a strip of the
- * packed layout takes the bytes its 16 rows took, so serving repacks a loaded model without
- * a second copy of it (a strip at a time through a small buffer). Returns -2 for a group the
- * kernels do not take, -3 on a build without the packed kernel, -4 for in place with a
- * partial strip, -1 when a strip's buffer cannot be allocated. */
+/* w [N, K] int8 with fp32 scales [N, K / group] -> wp [ceil(N / 16) * 16 * K] and fp16 scales
+ * sp [ceil(N / 16) * 16 * K / group], the packed layout above (padding channels zero). fp16
+ * scales, as Q8_0 keeps them: fp32 ones were 64 of a strip-block's 576 bytes, 6 % more to read
+ * than llama.cpp's Q8_0 at batch 1, where a 7B step is bound by memory (docs/benchmarks.md,
+ * "fp16 scales in the packed layout"). The weight in place (wp == w) when N is a whole number of
+ * strips: a strip of the packed layout takes the bytes its 16 rows took, so serving repacks a
+ * loaded model without a second copy of it (a strip at a time through a small buffer); sp is
+ * always its own memory. Returns -2 for a group the kernels do not take, -3 on a build without
+ * the packed kernel, -4 for in place with a partial strip, -1 when a strip's buffer cannot be
+ * allocated. */
 int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N, int64_t K,
-                   int8_t *wp, float *sp) {
+                   int8_t *wp, uint16_t *sp) {
 #if NPC_PACKED
     if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
     const int in_place = wp == w;
-    if (in_place != (sp == scale)) return -2;
     if (in_place && N % PK_C) return -4;
     const int64_t ng = K / group, S = (N + PK_C - 1) / PK_C;
     const int nt = omp_get_max_threads();
     /* every thread's strip buffer before any strip moves: a failure leaves w as it was */
     int8_t *tw = in_place ? (int8_t *)malloc((size_t)(nt * PK_C * K)) : NULL;
-    float *ts = in_place ? (float *)malloc((size_t)(nt * PK_C * ng) * sizeof(float)) : NULL;
-    if (in_place && (!tw || !ts)) {
-        free(tw);
-        free(ts);
-        return -1;
-    }
+    if (in_place && !tw) return -1;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t s = 0; s < S; s++) {
         const int nr = (int)(N - s * PK_C < PK_C ? N - s * PK_C : PK_C);
         const int8_t *src = w + s * PK_C * K;
-        const float *ssrc = scale + s * PK_C * ng;
         if (in_place) {
             int8_t *bw = tw + (int64_t)omp_get_thread_num() * PK_C * K;
-            float *bs = ts + (int64_t)omp_get_thread_num() * PK_C * ng;
             memcpy(bw, src, (size_t)(PK_C * K));
-            memcpy(bs, ssrc, (size_t)(PK_C * ng) * sizeof(float));
             src = bw;
-            ssrc = bs;
         }
-        pack_strip(src, ssrc, nr, K, ng, wp + s * PK_C * K, sp + s * PK_C * ng);
+        pack_strip(src, scale + s * PK_C * ng, nr, K, ng, wp + s * PK_C * K, sp + s * PK_C * ng);
     }
     free(tw);
-    free(ts);
     return 0;
 #else
     (void)w; (void)scale; (void)group; (void)N; (void)K; (void)wp; (void)sp;
@@ -1030,7 +1023,7 @@ int npc_w8a16_pack(const int8_t *w, const float *scale, int64_t group, int64_t N
  * dozen PyTorch ops of that reader took 0.2-0.3 ms of every decode step). Returns 0, -2 for a
  * group the layout does not take, -5 when an id is outside [0, N) (nothing is written then),
  * -3 on a build without the packed layout. */
-int npc_w8a16_packed_rows(const int8_t *wp, const float *sp, int64_t group, int64_t N, int64_t K,
+int npc_w8a16_packed_rows(const int8_t *wp, const uint16_t *sp, int64_t group, int64_t N, int64_t K,
                           const int64_t *ids, int64_t n, float *out) {
 #if NPC_PACKED
     if (group <= 0 || !w8a16_group_ok(group, K)) return -2;
@@ -1040,10 +1033,10 @@ int npc_w8a16_packed_rows(const int8_t *wp, const float *sp, int64_t group, int6
     for (int64_t i = 0; i < n; i++) {
         const int64_t strip = ids[i] / PK_C, c = ids[i] % PK_C;
         const int8_t *w = wp + strip * PK_C * K + 2 * c;
-        const float *s = sp + strip * PK_C * ng + c;
+        const uint16_t *s = sp + strip * PK_C * ng + c;
         float *o = out + i * K;
         for (int64_t b = 0; b < K / QB; b++) {
-            const float sc = s[b * QB / group * PK_C]; /* a group is whole blocks */
+            const float sc = _cvtsh_ss(s[b * QB / group * PK_C]); /* a group is whole blocks */
             const int8_t *wb = w + b * PK_C * QB;
             /* the block's input pairs are 2 * PK_C bytes apart, channel c's two at 2c */
             for (int kp = 0; kp < QB / 2; kp++) {
@@ -1063,7 +1056,7 @@ int npc_w8a16_packed_rows(const int8_t *wp, const float *sp, int64_t group, int6
  * activations as 16-bit block floating point (W8A16) or, with act_int8, int8 per block of QB
  * (w8a8-dynamic's blocks, blockint8_rows); returns as npc_w8a16_grouped, and -3 on a build
  * without the packed kernel. */
-int npc_w8a16_packed(const float *x, const int8_t *wp, const float *sp, int64_t group,
+int npc_w8a16_packed(const float *x, const int8_t *wp, const uint16_t *sp, int64_t group,
                      int act_int8, float *y, int64_t M, int64_t N, int64_t K, int nthreads) {
 #if NPC_PACKED
     if (group <= 0 || !w8a16_group_ok(group, K)) return -2;

@@ -383,7 +383,7 @@ static void t16_gemm(const int16_t *q, int64_t ldq, const int8_t *w, const float
  * it up to fp32 rounding (tests/test_native_packed.py).
  * Layout (npc_w8a16_pack): strips of PK_C channels (the last one zero-padded); in a strip the
  * K / 32 blocks in order; in a block 16 input pairs, each as PK_C channels x 2 int8 (32
- * bytes, widened to one zmm). Scales: per strip and group, PK_C floats. */
+ * bytes, widened to one zmm). Scales: per strip and group, PK_C fp16 (one vcvtph2ps). */
 #define PK_C 16
 #define PK_MR 8 /* activation rows per pass over a strip: 8 int32 + 8 fp32 accumulators */
 
@@ -419,7 +419,7 @@ static void blockint8_rows_u8(const float *x, int64_t M, int64_t K, uint8_t *u, 
  * multiplied by quads (vpdpbusd, below). Both: lda / QB block scales per row in xs. quads is a
  * constant in each use, so each is its own loop */
 static inline __attribute__((always_inline)) void
-pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
+pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const uint16_t *sp,
         int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
         const int nc, const int quads) {
     /* quads: word 2c of a quad vector is word c of the loaded bytes (channel c's pair kp),
@@ -431,7 +431,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
     const int64_t xsld = lda / QB;
     __m512 out[PK_MR];
     for (int i = 0; i < mr; i++) out[i] = _mm512_setzero_ps();
-    const float *g = sp;
+    const uint16_t *g = sp;
     int64_t left = gb;
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *wb = wp + b * (PK_C * QB);
@@ -462,7 +462,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
                 }
             }
         }
-        const __m512 sw = _mm512_loadu_ps(g);
+        const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         if (--left == 0) {
             g += PK_C;
             left = gb;
@@ -482,7 +482,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
 
 /* span: always 1 on this build (pk_span) */
 static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                        const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
+                        const uint16_t *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
                         int64_t nb, int mr, int nc, int quads, int64_t span) {
     (void)span;
     switch (mr) { PK_CASE(1) PK_CASE(2) PK_CASE(3) PK_CASE(4) PK_CASE(5) PK_CASE(6) PK_CASE(7)

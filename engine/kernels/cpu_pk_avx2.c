@@ -14,7 +14,7 @@
 #define PK_MR 4
 
 static inline __attribute__((always_inline)) void
-pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const float *sp,
+pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const uint16_t *sp,
         int64_t gb, const float *bias, float *y, int64_t ldy, int64_t nb, const int mr,
         const int nc, const int64_t span) {
     const int16_t *q = (const int16_t *)a;
@@ -30,7 +30,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
         _mm256_storeu_ps(o + i * ldo, _mm256_setzero_ps());
         _mm256_storeu_ps(o + i * ldo + 8, _mm256_setzero_ps());
     }
-    const float *g = sp;
+    const uint16_t *g = sp;
     int64_t left = gb;
     /* a span of blocks shares one activation scale and one weight group (pk_span): their int32
      * sums add up before the one conversion and multiply-add */
@@ -56,7 +56,8 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
                 }
             }
         }
-        const __m256 sw0 = _mm256_loadu_ps(g), sw1 = _mm256_loadu_ps(g + 8);
+        const __m256 sw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)),
+                     sw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 8)));
         left -= b1 - b0;
         if (left == 0) {
             g += PK_C;
@@ -92,7 +93,7 @@ pk_rows(const void *a, int64_t lda, const float *xs, const int8_t *wp, const flo
  * PK_SPAN (pk_span), each a constant in its own copy of pk_rows: with the span read at run
  * time the loops of span 1 (int8 blocks, groups of 32) ran 5-10 % slower. */
 static void pk_rows_any(const void *a, int64_t lda, const float *xs, const int8_t *wp,
-                        const float *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
+                        const uint16_t *sp, int64_t gb, const float *bias, float *y, int64_t ldy,
                         int64_t nb, int mr, int nc, int quads, int64_t span) {
     (void)quads;
     if (span == PK_SPAN)

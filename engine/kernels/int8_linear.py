@@ -2,7 +2,8 @@
 that the quantizer, the kernels and the runtime all touch.
 
 It owns the int8 weight (N, K, row-major), fp32 scales ((N,) per channel or (N, K/group) per
-group), the float bias and, for static W8A8, the calibrated per-tensor input scale. The product
+group; fp16 values where they fit, qmath.weight_scales, which the CPU kernels' packed copy keeps
+in fp16), the float bias and, for static W8A8, the calibrated per-tensor input scale. The product
 is done by a backend chosen from the input's device (engine.kernels), so the same module runs
 on CPU, CUDA and Ascend. engine.quant.qlinear.QuantLinear builds on it (rounding a float layer
 into it); the runtime's native decode step reads this layout directly, so it needs this module
@@ -107,7 +108,7 @@ class Int8Linear(nn.Module):
         if not self.keep_plain_weight or self.packed is not None:
             self.weight = torch.empty(0, dtype=torch.int8, device=self.weight.device)
         if self.packed is not None:
-            # its scales are in the packed copy too (an eighth of the int8 bytes)
+            # its scales are in the packed copy too, as fp16 (kernels/packed.py)
             self.weight_scale = torch.empty(0, dtype=torch.float32,
                                             device=self.weight_scale.device)
 

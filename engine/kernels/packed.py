@@ -10,6 +10,13 @@ once: 3x the row-major kernel at 8 rows, 1.7x a 7B model's batch-8 decode (docs/
 "W8A16 packed"). Serving keeps only the packed copy (kernels/cpu.py), packed in the loaded
 weight's own memory; readers of the plain layout (the reference backend, dequantization, a tied
 embedding's rows) read it back from here.
+
+The packed scales are fp16, as a GGUF's Q8_0 keeps them (so Q8_0 loses nothing): with fp32 ones
+a 7B model read 6 % more bytes a token than llama.cpp on the same file, and batch 1 is bound by
+memory (docs/benchmarks.md, "fp16 scales in the packed layout"). Scales of our own quantizers
+are fp16 values already (qmath.weight_scales); other fp32 scales (a checkpoint made elsewhere)
+round to the nearest fp16. A layer whose scales fp16 cannot hold (qmath.half_holds) stays on the
+row-major kernels with its fp32 scales.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import native
 from .native import _check, group_supported, library
 
 PACK_CHANNELS = 16  # output channels per strip of the packed layout
@@ -34,6 +42,13 @@ def available() -> bool:
     return lib is not None and bool(lib.npc_w8a16_packs())
 
 
+def serves_half_scales() -> bool:
+    """available(), for plans made before loading: without compiling the kernels when they are
+    not built yet (native.buildable). Every x86 build the native kernels take packs."""
+    return (os.environ.get("NPU_CONSOLE_PACKED_W8A16", "1") != "0" and not native.is_aarch64()
+            and native.buildable())
+
+
 @dataclass(frozen=True)
 class PackedW8A16:
     """An int8 weight in the packed kernel's layout (cpu_i8_vnni.c pk_gemm): strips of
@@ -41,7 +56,7 @@ class PackedW8A16:
     boundary is a byte offset into both tensors (strip_offsets). Per-channel scales are one
     group of all K inputs."""
     weight: torch.Tensor  # int8, strips * PACK_CHANNELS * K
-    scale: torch.Tensor  # fp32, strips * PACK_CHANNELS * K / group
+    scale: torch.Tensor  # fp16, strips * PACK_CHANNELS * K / group
     group: int  # inputs per scale: the layer's group size, or K for per-channel scales
     out_features: int
     in_features: int
@@ -54,22 +69,22 @@ class PackedW8A16:
                 .reshape(strips * c, k)[:n].contiguous())
 
     def unpack_scale(self) -> torch.Tensor:
-        """The (N, K / group) fp32 scales again (a copy); (N, 1) for per-channel ones."""
+        """The (N, K / group) scales again as fp32 (a copy); (N, 1) for per-channel ones."""
         c, ng = PACK_CHANNELS, self.in_features // self.group
         strips = self.scale.numel() // (c * ng)
         return (self.scale.view(strips, ng, c).permute(0, 2, 1).reshape(strips * c, ng)
-                [:self.out_features].contiguous())
+                [:self.out_features].float())
 
     def rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The int8 rows (*ids.shape, K) and their scales (*ids.shape, K / group) of output
-        channels `ids`: a tied embedding's lookups, read from the packed head."""
+        """The int8 rows (*ids.shape, K) and their fp32 scales (*ids.shape, K / group) of
+        output channels `ids`: a tied embedding's lookups, read from the packed head."""
         c, k, ng = PACK_CHANNELS, self.in_features, self.in_features // self.group
         strips = self.weight.numel() // (c * k)
         strip, lane = ids // c, ids % c
         # indices on dims 0 and 3 around slices: the indexed dims come first
         q = self.weight.view(strips, k // BLOCK, BLOCK // 2, c, 2)[strip, :, :, lane, :]
         return (q.reshape(*ids.shape, k),
-                self.scale.view(strips, ng, c)[strip, :, lane])
+                self.scale.view(strips, ng, c)[strip, :, lane].float())
 
     def dequant_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """fp32 rows (*ids.shape, K) of output channels `ids`, each int8 times its scale: what
@@ -90,7 +105,8 @@ class PackedW8A16:
         strip = row0 // PACK_CHANNELS
         k = self.in_features
         return (self.weight.data_ptr() + strip * PACK_CHANNELS * k,
-                self.scale.data_ptr() + strip * PACK_CHANNELS * (k // self.group) * 4)
+                self.scale.data_ptr()
+                + strip * PACK_CHANNELS * (k // self.group) * self.scale.element_size())
 
 
 def can_pack(out_features: int, in_features: int, group: int) -> bool:
@@ -103,27 +119,28 @@ def can_pack(out_features: int, in_features: int, group: int) -> bool:
 
 def pack_w8a16(w: torch.Tensor, scale: torch.Tensor, group: int,
                in_place: bool = False) -> PackedW8A16:
-    """int8 (N, K) with scales (N, K / group), or (N,) with group 0, -> the packed layout. A
-    copy, or with in_place (N a multiple of PACK_CHANNELS) in w's and scale's own memory, which
-    then hold the packed layout and must no longer be read as the plain weight: serving
-    repacks a loaded model so, without a second copy of it (and without leaving the first
-    copy's memory to the allocator's free lists, where a 7B model's freed layers raised peak
-    RSS by 1.4 GB)."""
+    """int8 (N, K) with scales (N, K / group), or (N,) with group 0, -> the packed layout, the
+    scales as their nearest fp16 (qmath.weight_scales' exactly; fits_half: where close). A
+    copy, or with in_place (N a multiple of PACK_CHANNELS) in w's own memory, which then holds
+    the packed layout and must no longer be read as the plain weight: serving repacks a loaded
+    model so, without a second copy of it (and without leaving the first copy's memory to the
+    allocator's free lists, where a 7B model's freed layers raised peak RSS by 1.4 GB). The
+    fp16 scales, half the fp32 ones' bytes, are new memory either way."""
     n, k = w.shape
     if not can_pack(n, k, group):
         _check(-2, 0, k, group)
     group = group or k
     strips = -(-n // PACK_CHANNELS)
+    scale = scale.float().contiguous()
     if in_place:
-        if n % PACK_CHANNELS or not (w.is_contiguous() and scale.is_contiguous()
-                                     and scale.dtype == torch.float32):
+        if n % PACK_CHANNELS or not w.is_contiguous():
             raise ValueError(f"{n} x {k} int8 weight: packing in place takes a contiguous "
-                             f"weight of whole strips of {PACK_CHANNELS} and fp32 scales")
-        wp, sp = w.view(-1), scale.view(-1)
+                             f"weight of whole strips of {PACK_CHANNELS}")
+        wp = w.view(-1)
     else:
         wp = torch.empty(strips * PACK_CHANNELS * k, dtype=torch.int8)
-        sp = torch.empty(strips * PACK_CHANNELS * (k // group), dtype=torch.float32)
-        w, scale = w.contiguous(), scale.float().contiguous()
+        w = w.contiguous()
+    sp = torch.empty(strips * PACK_CHANNELS * (k // group), dtype=torch.float16)
     rc = library().npc_w8a16_pack(w.data_ptr(), scale.data_ptr(), group, n, k, wp.data_ptr(),
                                   sp.data_ptr())
     if rc == -1:

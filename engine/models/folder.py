@@ -65,6 +65,7 @@ class ModelFolderReport:
     # float (norms, a non-Q8_0 token table); None for a Hugging Face folder
     int8_bytes: int | None = None
     int8_float_elems: int = 0
+    int8_half_scales: int = 0  # of those scales, the ones served as fp16 (memory.py)
 
     @property
     def ok(self) -> bool:

@@ -208,8 +208,11 @@ def _int8_plan(tensors) -> dict:
     """What loading as INT8 keeps (engine.quant.gguf_load): every matrix as int8 plus an fp32
     scale per 32 values (per row where a row is not a multiple of 32), except a token table
     or output head that is not Q8_0 in the file, which stays float, as do norms and biases.
-    A tied head is the token table itself, counted once."""
-    int8_bytes = float_elems = 0
+    A tied head is the token table itself, counted once. int8_half_scales: the scales of the
+    linear layers with groups of 32 (a tied table is the head), which the CPU kernels' packed
+    copy keeps in fp16 (memory.estimate_memory)."""
+    int8_bytes = float_elems = half_scales = 0
+    tied = not any(t.name == "output.weight" for t in tensors)
     for t in tensors:
         k, n = int(t.shape[0]), int(t.n_elements) // max(1, int(t.shape[0]))
         table = t.name in ("token_embd.weight", "output.weight")
@@ -217,7 +220,10 @@ def _int8_plan(tensors) -> dict:
             float_elems += int(t.n_elements)
         else:
             int8_bytes += n * k + 4 * (n * k // 32 if k % 32 == 0 else n)
-    return {"int8_bytes": int8_bytes, "int8_float_elems": float_elems}
+            if k % 32 == 0 and (t.name != "token_embd.weight" or tied):
+                half_scales += n * k // 32
+    return {"int8_bytes": int8_bytes, "int8_float_elems": float_elems,
+            "int8_half_scales": half_scales}
 
 
 def _memo(path: Path) -> Path:
@@ -228,7 +234,7 @@ def cached_header(path: Path) -> dict:
     """read_header, or its remembered copy (a second check takes milliseconds)."""
     try:
         data = json.loads(_memo(path).read_text(encoding="utf-8"))
-        if data.get("format_version") == FORMAT_VERSION and "int8_bytes" in data:
+        if data.get("format_version") == FORMAT_VERSION and "int8_half_scales" in data:
             return data
     except (OSError, ValueError):
         pass
@@ -283,6 +289,7 @@ def inspect_gguf(path: str | Path) -> ModelFolderReport:
     report.checkpoint_dtype = h["quant_type"]
     report.gguf_type = h["quant_type"]
     report.int8_bytes, report.int8_float_elems = h["int8_bytes"], h["int8_float_elems"]
+    report.int8_half_scales = h["int8_half_scales"]
     report.weight_files = [rel]
     report.has_chat_template = h["chat_template"]
     if arch not in supported_architectures():

@@ -56,8 +56,13 @@ def estimate_memory(report: ModelFolderReport, dtype: str = "float32", context: 
     elem = DTYPE_BYTES[dtype]
     if quantization == GGUF_INT8 and report.int8_bytes is not None:
         # from the GGUF's tensor table (engine.models.gguf._int8_plan): int8 matrices with
-        # their scales per 32, the rest in the float dtype
+        # their scales per 32, the rest in the float dtype; the CPU kernels' packed copy keeps
+        # the linear layers' scales in fp16, half their fp32 bytes
+        from ..kernels.packed import serves_half_scales  # torch: only for this plan
+
         weights = report.int8_bytes + report.int8_float_elems * elem
+        if serves_half_scales():
+            weights -= 2 * report.int8_half_scales
     elif quantization:
         # Embeddings (and a tied lm_head) stay in float; the linear layers take one byte a weight
         # plus a float scale per output channel (negligible).

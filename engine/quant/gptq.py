@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.qmath import QMAX
+from ..kernels.qmath import QMAX, weight_scales
 
 # Damping added to H before it is inverted, as a fraction of its mean diagonal: more damping
 # trusts the calibration inputs' correlations less. Chosen on dev data only
@@ -65,7 +65,7 @@ def round_weight(weight: torch.Tensor, gram: torch.Tensor | None = None, damp: f
     order, u, dead = prepared if prepared is not None else prepare(gram, damp)
     w = weight.detach().float().cpu().clone()
     n, k = w.shape
-    scale = (w.abs().amax(1) / QMAX).clamp_min(1e-8)
+    scale = weight_scales(w.abs().amax(1))
     w[:, dead] = 0.0
     w = w[:, order]
     q = torch.empty(n, k, dtype=torch.float32)

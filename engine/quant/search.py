@@ -40,7 +40,7 @@ class InputChoice:
 
 
 def fake_weight(w: torch.Tensor) -> torch.Tensor:
-    s = (w.abs().amax(1, keepdim=True) / QMAX).clamp_min(1e-8)
+    s = qmath.weight_scales(w.abs().amax(1, keepdim=True))
     return (w / s).round().clamp(-QMAX, QMAX) * s
 
 

@@ -25,12 +25,15 @@ def _released_int8_weight(module: Any, name: str, t: torch.Tensor) -> int:
 
 
 def _released_scale_bytes(module: Any, name: str, t: torch.Tensor) -> int:
-    """Bytes of fp32 weight scales that moved into a packed copy (0 when still there)."""
+    """Bytes of weight scales that moved into a packed copy, as it keeps them (fp16; 0 when
+    still here)."""
     if name != "weight_scale" or t.numel():
         return 0
     k, n = int(getattr(module, "in_features", 0)), int(getattr(module, "out_features", 0))
     group = int(getattr(module, "group_size", 0) or 0)
-    return 4 * n * (k // group if group else 1)
+    packed = getattr(module, "packed", None)
+    size = packed.scale.element_size() if packed is not None else 4
+    return size * n * (k // group if group else 1)
 
 
 def model_size(model: Any) -> ModelSize:

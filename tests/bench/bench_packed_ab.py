@@ -7,7 +7,13 @@ that both give the same floats, then prints each one's median ms per shape and r
     NPU_CONSOLE_KERNEL_ARCH=haswell python tests/bench/bench_packed_ab.py --before HEAD --threads 2
 
 Shapes of SmolLM2-135M and Llama-2-7B; --int8 takes w8a8-dynamic's int8 blocks instead of
-W8A16's 16-bit ones (on VNNI builds: the quads)."""
+W8A16's 16-bit ones (on VNNI builds: the quads). --group 32 gives the weights a scale per 32
+inputs (a GGUF's Q8_0) instead of one per channel. --before-fp32-scales: the revision before
+kept the packed scales in fp32 (before fp16 scales in the packed layout); it gets the same
+scales, widened, in the same order.
+
+    python tests/bench/bench_packed_ab.py --before HEAD~1 --group 32 --before-fp32-scales \
+        --rows 1,8"""
 
 from __future__ import annotations
 
@@ -93,6 +99,10 @@ def main() -> int:
     ap.add_argument("--rows", default="1,4,8,16")
     ap.add_argument("--repeats", type=int, default=41)
     ap.add_argument("--int8", action="store_true")
+    ap.add_argument("--group", type=int, default=0,
+                    help="inputs per weight scale (default 0: one per output channel)")
+    ap.add_argument("--before-fp32-scales", action="store_true",
+                    help="the revision before reads fp32 packed scales")
     ap.add_argument("--rtol", type=float, default=0.0,
                     help="for a change of the numbers themselves: how far the two builds may "
                          "differ, relative to the largest output (default 0: the same floats)")
@@ -108,7 +118,10 @@ def main() -> int:
         g = torch.Generator().manual_seed(0)
         for name, (k, n) in SHAPES.items():
             w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
-            p = packing.pack_w8a16(w, torch.rand(n, generator=g) * 0.01, 0)
+            shape = (n, k // args.group) if args.group else (n,)
+            p = packing.pack_w8a16(w, torch.rand(*shape, generator=g) * 0.01, args.group)
+            scales = {"before": p.scale.float() if args.before_fp32_scales else p.scale,
+                      "after": p.scale}
             for m in map(int, args.rows.split(",")):
                 x = torch.randn(m, k, generator=g)
                 times: dict[str, list[float]] = {v: [] for v in libs}
@@ -116,7 +129,8 @@ def main() -> int:
                 for _ in range(args.repeats if k < 4096 else max(5, args.repeats // 4)):
                     for v, lib in libs.items():
                         t = time.perf_counter()
-                        lib.npc_w8a16_packed(x.data_ptr(), p.weight.data_ptr(), p.scale.data_ptr(),
+                        lib.npc_w8a16_packed(x.data_ptr(), p.weight.data_ptr(),
+                                             scales[v].data_ptr(),
                                              p.group, int(args.int8), ys[v].data_ptr(), m, n, k,
                                              args.threads)
                         times[v].append(time.perf_counter() - t)
