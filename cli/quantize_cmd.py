@@ -65,6 +65,11 @@ def register(sub) -> None:
                         "before calibrating (the same float function, outlier channels spread "
                         "out; Llama-style models with RMSNorm; unties a tied head; "
                         "docs/quantization.md)")
+    p.add_argument("--turn-down", default="auto", choices=["auto", "on", "off"],
+                   help="w8a8-static: turn each MLP's down_proj input at run time by a "
+                        "Hadamard-based orthogonal, so an outlier channel does not set the "
+                        "static range (the same float function; native format only); auto: on "
+                        "for w8a8-static with --format native, else off")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -108,7 +113,8 @@ def run(args) -> int:
                           device=args.device, dtype=args.dtype, overwrite=args.overwrite,
                           int8_head=args.int8_head, recipe=args.recipe,
                           budget_pct=args.budget, eval_file=args.eval_data, report=args.report,
-                          seeds=args.seeds, act_scales=args.act_scales, rotate=args.rotate)
+                          seeds=args.seeds, act_scales=args.act_scales, rotate=args.rotate,
+                          turn_down=args.turn_down)
     cancel = threading.Event()
     try:
         result = run_workflow(req, on_event=_StderrProgress(), cancel=cancel)
@@ -139,6 +145,9 @@ def _print_recipe(result) -> None:
     print(f"int8 share of linear weights: {result.int8_weight_fraction:.1%}", file=sys.stderr)
     if result.rotation is not None and result.rotation.rotate:
         print(f"residual stream rotated ({result.rotation.reason})", file=sys.stderr)
+    turned = result.info.config.get("recipe", {}).get("turned_down_inputs")
+    if turned:
+        print(f"down_proj inputs turned at run time: {turned} layers", file=sys.stderr)
     if result.info.config.get("act_blocks"):
         print("activations: int8 with one scale per block of 32 values (native CPU kernels)",
               file=sys.stderr)

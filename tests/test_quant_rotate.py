@@ -122,11 +122,12 @@ def test_rotation_is_asked_for_not_chosen(stories_dir):
 
 @pytest.fixture(scope="module")
 def rotated_static(stories_dir):
-    """stories260K through the workflow's w8a8-static, rotated, kept in memory."""
+    """stories260K through the workflow's w8a8-static, rotated, kept in memory; down_proj's
+    inputs not turned, so that every format can carry it (tests/test_quant_turn.py)."""
     torch.set_num_threads(1)
     return run_workflow(QuantizeRequest(model_dir=str(stories_dir), out_dir=None,
                                         method="w8a8-static", samples=8, seq_len=64,
-                                        rotate="on"))
+                                        rotate="on", turn_down="off"))
 
 
 @pytest.mark.parametrize("fmt", ["native", "compressed-tensors", "msmodelslim"])

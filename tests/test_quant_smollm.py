@@ -69,22 +69,12 @@ def test_the_evaluation_texts_are_three_kinds():
                                             "technical_code.txt"}
 
 
-# Measured on 2026-12-07 (docs/quantization.md, "Quality on text nobody tuned on"): the
-# static recipe loses +2.34 % on technical_code.txt (seed 0; +1.32 to +2.34 % over three
-# seeds), over its bar; kept here, failing as expected, so that the day it meets the bar the
-# run says so
-STATIC_MISSES = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                  reason="issue 32: w8a8-static +2.34 % on technical_code.txt "
-                                         "(seed 0), bar 1.2 %")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("method", "torch_threads"),
-                         [("w8a16", 0), ("w8a8-dynamic", 0),
-                          pytest.param("w8a8-static", 0, marks=STATIC_MISSES),
+                         [("w8a16", 0), ("w8a8-dynamic", 0), ("w8a8-static", 0),
                           # the static recipe once moved with the thread count; it must hold
                           # on either
-                          pytest.param("w8a8-static", 1, marks=STATIC_MISSES)],
+                          ("w8a8-static", 1)],
                          indirect=["torch_threads"])
 def test_default_recipe_meets_the_bar_on_the_worst_text(smollm, method, torch_threads):
     max_pct, min_int8 = BARS[method]
@@ -95,6 +85,9 @@ def test_default_recipe_meets_the_bar_on_the_worst_text(smollm, method, torch_th
     cfg, _ = rotated_config(req, req.config(), model)
     res = run_auto(model, loaded.tokenizer, cfg, samples, source)
     assert "self-generated" in res.calibration
+    # static's default turns every MLP's down_proj input (engine.quant.turn)
+    assert res.info.config["recipe"].get("turned_down_inputs") == (
+        30 if method == "w8a8-static" else None)
     got = smollm["ppl"](res.model)
     delta = {n: 100 * (got[n] / smollm["base"][n] - 1) for n in got}
     worst = max(delta, key=delta.get)

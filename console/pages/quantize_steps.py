@@ -130,7 +130,7 @@ class MethodStep(QWidget):
         if share is None:
             text = "auto (int8 when the head is at least 15 % of the weights)"
         else:
-            yes = recommended(share, self.method())
+            yes = recommended(share)
             text = (f"auto: {'yes' if yes else 'no'} for this model (head = "
                     f"{100 * share:.0f} % of the weights)")
         i = self.head_box.findData("auto")
@@ -145,7 +145,6 @@ class MethodStep(QWidget):
 
     def _on_edit(self) -> None:
         self._sync()
-        self.set_head_share(self._head_share)  # the rule depends on the method too
         self.changed.emit()
 
     def _sync(self) -> None:

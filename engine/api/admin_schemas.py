@@ -55,6 +55,9 @@ class QuantizeBody(BaseModel):
     rotate: Literal["off", "on"] = Field(
         "off", description="rotate the residual stream and value heads first (as `quantize "
                            "--rotate`)")
+    turn_down: Literal["auto", "on", "off"] = Field(
+        "auto", description="w8a8-static: turn down_proj's inputs at run time (as `quantize "
+                            "--turn-down`; auto: on in the native format)")
     budget_pct: float | None = Field(None, gt=0.0, lt=1000.0)
     calib_path: str | None = Field(None, max_length=1024,
                                    description="calibration text (an admin path); default: the "

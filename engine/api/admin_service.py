@@ -151,7 +151,8 @@ class AdminService:
             group_size=body.group_size, calib_file=calib, samples=body.samples,
             seq_len=body.seq_len, device=body.device, dtype=body.dtype,
             overwrite=body.overwrite, int8_head=body.int8_head, recipe=body.recipe,
-            rotate=body.rotate, budget_pct=body.budget_pct, eval_file=evalf,
+            rotate=body.rotate, turn_down=body.turn_down, budget_pct=body.budget_pct,
+            eval_file=evalf,
             evaluate=EvalSpec(data=evalf) if body.evaluate else None)
         params = body.model_dump()
         params["out_path"] = str(PurePosixPath(self.roots.output_label(), out.name))

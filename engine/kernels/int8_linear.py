@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import backend_for
+from .turn import apply_turn, turn_fits
 
 
 def apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):
@@ -23,7 +24,7 @@ def apply_keeping_fp32_scales(mod: nn.Module, fn, recurse: bool):
     dtype the model is cast to (a bf16 scale would add a systematic 0.4 % error per output
     channel), only their device follows; `float_dtype` follows casts even without a float
     buffer to read it from."""
-    keep = {k: mod._buffers[k] for k in ("weight_scale", "input_scale")
+    keep = {k: mod._buffers[k] for k in ("weight_scale", "input_scale", "turn_signs", "turn_odd")
             if mod._buffers.get(k) is not None}
     out = nn.Module._apply(mod, fn, recurse)
     for k, old in keep.items():
@@ -81,6 +82,22 @@ class Int8Linear(nn.Module):
         # llama.cpp's Q8_0: the reference and the native CPU kernels; an outlier channel then
         # coarsens only its block). Static W8A8 has its one calibrated scale.
         self.act_rows = "block" if method == "w8a16" else "token"
+        # the input turned before it is quantized (kernels/turn.py; set_input_turn): the
+        # weight then holds W R. None: not turned (buffers of None are not saved)
+        self.register_buffer("turn_signs", None)
+        self.register_buffer("turn_odd", None)
+
+    def set_input_turn(self, signs: torch.Tensor, odd: torch.Tensor) -> None:
+        """Turn every input by R = D (H (x) Q) (signs: D's diagonal [K], odd: Q [m, m]) before
+        the product; the weight must already hold W R."""
+        k, m = self.in_features, odd.shape[0]
+        if tuple(signs.shape) != (k,) or tuple(odd.shape) != (m, m) or not turn_fits(k, m):
+            raise ValueError(f"a turn of {tuple(signs.shape)} signs and a {tuple(odd.shape)} "
+                             f"odd part does not fit {k} inputs")
+        dev = self.weight.device
+        self.turn_signs = signs.to(device=dev, dtype=torch.float32).contiguous()
+        self.turn_odd = odd.to(device=dev, dtype=torch.float32).contiguous()
+        self._fast_forward = None
 
     def _apply(self, fn, recurse=True):
         if self.weight.numel() == 0:
@@ -156,6 +173,8 @@ class Int8Linear(nn.Module):
         return name(self) if name is not None else type(backend).__name__.lower()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.turn_signs is not None:
+            x = apply_turn(x, self.turn_signs, self.turn_odd)
         fast = self._fast_forward
         if fast is not None and self.backend == "auto" and x.device.type == "cpu":
             return fast(x)
@@ -166,5 +185,6 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         g = f", group_size={self.group_size}" if self.group_size else ""
+        t = ", input turned" if self.turn_signs is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"method={self.method}{g}, bias={self.bias is not None}")
+                f"method={self.method}{g}, bias={self.bias is not None}{t}")

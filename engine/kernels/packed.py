@@ -36,7 +36,7 @@ BLOCK = 32  # inputs per activation block, and the packed layout's unit along a 
 def available() -> bool:
     """Whether this build multiplies on the packed layout (x86 builds);
     NPU_CONSOLE_PACKED_W8A16=0 keeps the row-major loops (to compare the two, or as a way out)."""
-    if os.environ.get("NPU_CONSOLE_PACKED_W8A16", "1") == "0":
+    if not _allowed():
         return False
     lib = library()
     return lib is not None and bool(lib.npc_w8a16_packs())
@@ -45,8 +45,11 @@ def available() -> bool:
 def serves_half_scales() -> bool:
     """available(), for plans made before loading: without compiling the kernels when they are
     not built yet (native.buildable). Every x86 build the native kernels take packs."""
-    return (os.environ.get("NPU_CONSOLE_PACKED_W8A16", "1") != "0" and not native.is_aarch64()
-            and native.buildable())
+    return _allowed() and not native.is_aarch64() and native.buildable()
+
+
+def _allowed() -> bool:
+    return os.environ.get("NPU_CONSOLE_PACKED_W8A16", "1") != "0"
 
 
 @dataclass(frozen=True)

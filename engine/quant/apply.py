@@ -158,6 +158,10 @@ def quant_modules(model: Any) -> dict[str, QuantLinear]:
 
 def prepare_for_serving(model: Any) -> None:
     """Pack weights for the model's device and free plain int8 copies a kernel no longer reads
-    (exports must be written before this)."""
+    (exports must be written before this), then hand the freed pages back to the system: the
+    fp32 scales a packed copy replaced are 4 bytes per group of the whole model."""
+    from ..runtime.process_memory import give_back_freed_memory
+
     for m in quant_modules(model).values():
         m.release_plain_weight()
+    give_back_freed_memory()

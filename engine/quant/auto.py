@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..models.experts import unroll_experts
 from . import calib as calib_mod
-from . import mixed
+from . import mixed, turn
 from . import recipe as recipe_mod
 from .apply import QuantInfo, quantize_model
 from .calib import Cancelled, Progress
@@ -123,6 +123,21 @@ def run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor]
              progress: Progress | None = None,
              cancel: threading.Event | None = None) -> AutoOutcome:
     unroll_experts(model)  # calibrate, search and round the routed experts too
+    turned = turn.turn_down_inputs(model) if cfg.turn_down else 0
+    try:
+        outcome = _run_auto(model, tok, cfg, samples, calibration, budget_pct, eval_file,
+                            progress, cancel)
+    finally:
+        if turned:  # int8 down_projs keep the turn, float ones are turned back
+            turn.settle(model)
+    if turned:
+        outcome.info.config["recipe"]["turned_down_inputs"] = turned
+    return outcome
+
+
+def _run_auto(model: Any, tok: Any, cfg: QuantConfig, samples: list[torch.Tensor],
+              calibration: str, budget_pct: float | None, eval_file: str | None,
+              progress: Progress | None, cancel: threading.Event | None) -> AutoOutcome:
     names = select_layers(model, cfg).quantize
     params = mixed.layer_params(model, names)
     # error-compensating rounding measured worse for static W8A8 on SmolLM2 (+1.90 % against

@@ -50,6 +50,9 @@ class QuantConfig:
     # the residual stream and the value heads turned by seeded orthogonal matrices before
     # anything is measured (engine.quant.rotate): the same float function, outliers spread
     rotate: bool = False
+    # w8a8-static: each gated MLP's down_proj input turned at run time by a Hadamard-based
+    # orthogonal (engine.quant.turn); the native format carries it
+    turn_down: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -67,6 +70,9 @@ class QuantConfig:
         if self.act_blocks and self.method != "w8a8-dynamic":
             raise QuantError("activation blocks are for w8a8-dynamic (w8a16 keeps 16-bit "
                              "activations, static W8A8 one calibrated scale)")
+        if self.turn_down and self.method != "w8a8-static":
+            raise QuantError("turning down_proj's inputs is for w8a8-static (the other methods "
+                             "take activation scales at run time)")
         if self.calib_samples < 1 or self.calib_seq_len < 2:
             raise QuantError("calibration needs at least 1 sample of at least 2 tokens")
         for pattern in self.skip:
@@ -85,7 +91,7 @@ class QuantConfig:
                 "group_size": self.group_size, "smoothquant": self.smoothquant,
                 "calib_samples": self.calib_samples, "calib_seq_len": self.calib_seq_len,
                 "int8_head": self.int8_head, "act_blocks": self.act_blocks,
-                "rotate": self.rotate}
+                "rotate": self.rotate, "turn_down": self.turn_down}
 
 
 def _is_always_float(name: str) -> bool:

@@ -109,16 +109,13 @@ def share_of_path(path: str | Path) -> float | None:
     return min(1.0, table * (1 if tied else 2) / report.num_parameters)
 
 
-# Static W8A8 is for the Ascend formats (msModelSlim / MindIE), which keep the head float
-# anyway, and it is the recipe nearest its quality bar: on SmolLM2-135M-Instruct the int8 head
-# cost +0.45 % perplexity on top of it (+1.46 % -> +1.91 %, heldout_en.txt) where it costs
-# +0.05 % on W8A16. So auto leaves the head float for it.
-AUTO_FLOAT_HEAD_METHODS = ("w8a8-static",)
-
-
-def recommended(share: float | None, method: str | None = None) -> bool:
-    return (share is not None and share >= AUTO_MIN_SHARE
-            and method not in AUTO_FLOAT_HEAD_METHODS)
+# Static W8A8 kept the head float under auto until 2026-12-07: the per-row int8 head cost it
+# +0.45 % on SmolLM2-135M-Instruct, its recipe sat at its bar, and the Ascend formats read the
+# head in float anyway. The head per 32 costs SmolLM2 +0.00 % (apply.HEAD_GROUP), static now
+# has room (down_proj's inputs turned: engine.quant.turn), and the exports still keep the
+# head float (decide, below); the float head was half of static's batch-1 step.
+def recommended(share: float | None) -> bool:
+    return share is not None and share >= AUTO_MIN_SHARE
 
 
 @dataclass(frozen=True)
@@ -135,8 +132,7 @@ class HeadDecision:
 
 
 def decide(mode: str | bool | None, share: float | None, fmt: str = "native",
-           device: str = "cpu", method: str | None = None,
-           not_possible: str = "") -> HeadDecision:
+           device: str = "cpu", not_possible: str = "") -> HeadDecision:
     """The head for one run. An explicit 'on' with a format other than native is refused by the
     request check before this; 'auto' with one means a float head for that export, and so
     does 'auto' on an Ascend device (its int8 matmul caps N at 65535, below a vocabulary).
@@ -161,10 +157,6 @@ def decide(mode: str | bool | None, share: float | None, fmt: str = "native",
     if device.startswith("npu"):
         return HeadDecision(mode, False, share, "auto: Ascend's int8 matmul cannot take a "
                             "vocabulary-sized head (65535 rows at most), so it stays float")
-    if method in AUTO_FLOAT_HEAD_METHODS:
-        return HeadDecision(mode, False, share, f"auto: {method} keeps the head float (it is "
-                            "for the Ascend formats, which read it in float, and is the recipe "
-                            "nearest its quality bar)")
     if recommended(share):
         return HeadDecision(mode, True, share, f"auto: head = {pct} of the weights "
                             f"(at least {100 * AUTO_MIN_SHARE:.0f} %)")

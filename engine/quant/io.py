@@ -128,6 +128,10 @@ def export(model: Any, out: str | Path, fmt: str = "native", source_dir: str | P
                          "quantize without --int8-head for this format")
     if fmt == "compressed-tensors" and any(m.group_size for m in mods.values()):
         raise QuantError("per-group scales cannot be written as compressed-tensors")
+    if fmt != "native" and any(m.turn_signs is not None for m in mods.values()):
+        raise QuantError(f"this model turns its down_proj inputs at run time (static W8A8's "
+                         f"default), which {fmt} readers cannot do; quantize with --turn-down "
+                         "off for this format")
     src = Path(source_dir) if source_dir else None
 
     def write(tmp: Path) -> None:
@@ -147,6 +151,9 @@ def _write_native(model, info: QuantInfo, mods, tmp: Path) -> None:
             tensors[f"{name}.input_scale"] = m.input_scale.float().cpu()
         if m.bias is not None:
             tensors[f"{name}.bias"] = m.bias.cpu().contiguous()
+        if m.turn_signs is not None:  # the input turn (engine.quant.turn)
+            tensors[f"{name}.turn_signs"] = m.turn_signs.float().cpu().contiguous()
+            tensors[f"{name}.turn_odd"] = m.turn_odd.float().cpu().contiguous()
         layers[name] = {"method": m.method, "group_size": m.group_size}
     save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     cfg = _config_dict(model)
@@ -388,8 +395,12 @@ def load_quantized_model(path: str | Path, device: str = "cpu",
                 m.act_rows = "block"
     if info.int8_head:
         _install_head(model, info.int8_head, dt)
+    for name, m in quant_modules(model).items():
+        if f"{name}.turn_signs" in tensors:
+            m.set_input_turn(tensors[f"{name}.turn_signs"], tensors[f"{name}.turn_odd"])
     for k, v in list(tensors.items()):
-        if v.is_floating_point() and not k.endswith(("weight_scale", "input_scale")):
+        if v.is_floating_point() and not k.endswith(("weight_scale", "input_scale", "turn_signs",
+                                                     "turn_odd")):
             tensors[k] = v.to(dt)
         elif v.is_floating_point():
             tensors[k] = v.float()

@@ -121,21 +121,29 @@ def random_orthogonal(dim: int, seed: int) -> torch.Tensor:
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
 
 
+def hadamard_factors(dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """hadamard_orthogonal's factors, float64: the random signs D [dim] and the odd part's
+    seeded orthogonal R_m [m, m] (m = dim over its largest power-of-two divisor; [[1]] when dim
+    is a power of two). What a turn at run time keeps (engine.kernels.turn)."""
+    two = dim & -dim  # the largest power of two dividing dim
+    odd = dim // two
+    r = random_orthogonal(odd, seed + 1) if odd > 1 else torch.ones(1, 1, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    signs = torch.randint(0, 2, (dim,), generator=g).to(torch.float64) * 2 - 1
+    return signs, r.contiguous()
+
+
 def hadamard_orthogonal(dim: int, seed: int) -> torch.Tensor:
     """A seeded orthogonal matrix with entries as flat as the width allows: D (H_2^k (x) R_m)
     for dim = 2^k * m, with H Sylvester's Hadamard matrix, R_m a seeded random orthogonal of the
     odd part (1 when dim is a power of two) and D random signs. Every entry of H_2^k is
     +-1/sqrt(2^k), so no output channel leans on a few inputs, whatever the seed."""
-    two = dim & -dim  # the largest power of two dividing dim
+    signs, r = hadamard_factors(dim, seed)
     h = torch.ones(1, 1, dtype=torch.float64)
-    while h.shape[0] < two:
+    while h.shape[0] < dim // r.shape[0]:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
     h = h / h.shape[0] ** 0.5
-    odd = dim // two
-    r = random_orthogonal(odd, seed + 1) if odd > 1 else torch.ones(1, 1, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)
-    signs = torch.randint(0, 2, (dim,), generator=g).to(torch.float64) * 2 - 1
-    return signs.unsqueeze(1) * torch.kron(h, r.contiguous())
+    return signs.unsqueeze(1) * torch.kron(h, r)
 
 
 def _set(lin: torch.nn.Module, name: str, value: torch.Tensor) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .calib import ActStats
+from .turn import is_turned
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,10 @@ def find_groups(model: Any, gqa: bool = False) -> list[SmoothGroup]:
             groups.append(SmoothGroup(f"{attn}.v_proj", "linear", (f"{attn}.o_proj",),
                                       heads // kv_heads, o.in_features // heads))
         up, down = mods.get(f"{mlp}.up_proj"), mods.get(f"{mlp}.down_proj")
+        # a turned down_proj input (engine.quant.turn) has R between up_proj and it: a factor
+        # per channel of the turned input cannot fold into up_proj's rows
         if (isinstance(up, torch.nn.Linear) and isinstance(down, torch.nn.Linear)
-                and up.out_features == down.in_features):
+                and up.out_features == down.in_features and not is_turned(mods.get(mlp))):
             groups.append(SmoothGroup(f"{mlp}.up_proj", "linear", (f"{mlp}.down_proj",)))
     return groups
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import calib as calib_mod
+from . import turn
 from .apply import QuantInfo, quantize_model
 from .calib import Cancelled
 from .config import FORMATS, QuantConfig, QuantError, select_layers
@@ -81,9 +82,8 @@ class QuantizeRequest:
     # "token" (one per row: what NPU, CUDA, vLLM and MindIE run, and the VNNI int8 product),
     # "auto": block for the native format, token for the formats other runtimes read
     act_scales: str = "auto"
-    # the residual stream rotated first (engine.quant.rotate): "on" (refused for a model it
-    # cannot fold) or "off"
-    rotate: str = "off"
+    rotate: str = "off"  # "on": the residual stream rotated first (engine.quant.rotate)
+    turn_down: str = "auto"  # static's down_proj inputs turned at run time (turn.wanted)
 
     def config(self) -> QuantConfig:
         return QuantConfig(method=self.method, preset=self.preset, skip=tuple(self.skip),
@@ -92,7 +92,9 @@ class QuantizeRequest:
                            int8_head=head_mode(self.int8_head) == "on",
                            act_blocks=self.method == "w8a8-dynamic" and (
                                self.act_scales == "block"
-                               or (self.act_scales == "auto" and self.fmt == "native")))
+                               or (self.act_scales == "auto" and self.fmt == "native")),
+                           turn_down=turn.wanted(self.turn_down, self.method, self.fmt,
+                                                 self.recipe))
 
     def stages(self) -> tuple[str, ...]:
         plain_no_calib = self.recipe == "plain" and not self.config().needs_calibration
@@ -211,6 +213,7 @@ def _check_request(req: QuantizeRequest) -> QuantConfig:
     if req.act_scales == "block" and req.fmt != "native":
         raise QuantError(f"the {req.fmt} format's readers quantize activations per token; use "
                          "--act-scales token (or auto) with it")
+    turn.check_mode(req.turn_down, req.method, req.fmt, req.recipe)
     cfg = req.config()  # validates method / preset / alpha
     if req.fmt not in FORMATS:
         raise QuantError(f"unknown format {req.fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -270,7 +273,7 @@ def run_workflow(req: QuantizeRequest, on_event: EventFn | None = None,
     from .head import share_of_model, unsupported
 
     # before any calibration: an impossible --int8-head on fails here, auto never picks it
-    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device, cfg.method,
+    head = decide(req.int8_head, share_of_model(loaded.model), req.fmt, req.device,
                   unsupported(loaded.model))
     cfg = replace(cfg, int8_head=head.int8_head)
     _check_device(req, cfg, loaded.model)

@@ -43,7 +43,10 @@ class _Layer(ctypes.Structure):
     _fields_ = [(n, _Linear) for n in ("q", "k", "v", "o", "gate", "up", "down")] + [
         (n, ctypes.c_void_p) for n in ("in_norm", "post_norm", "q_norm", "k_norm", "kc", "vc",
                                        "attn_out_norm", "mlp_out_norm")] + [
-        ("window", ctypes.c_int64), ("rope", ctypes.c_int64)]
+        ("window", ctypes.c_int64), ("rope", ctypes.c_int64),
+        ("turn_signs", ctypes.c_void_p), ("turn_odd", ctypes.c_void_p), ("turn_m", ctypes.c_int64)]
+
+TURN_MAX_M = 256  # cpu_decode.c NPC_TURN_MAX_M
 
 
 class _Model(ctypes.Structure):
@@ -133,6 +136,21 @@ def _linear(mod: Any, n: int, k: int, keep: list, row0: int | None = None) -> _L
     keep.append(wsum)
     return _Linear(W8A8, 0 if static else 1, float(mod.input_scale.item()) if static else 0.0,
                    0, *parts, n, k, _at(wsum, row0))
+
+
+def _turn(d: _Layer, mod: Any, field: str, row0: int | None, keep: list) -> None:
+    """A turned input (engine.kernels.turn): the kernel turns down's input rows only."""
+    from ..kernels.turn import turn_fits
+
+    k, m = mod.in_features, mod.turn_odd.shape[0]
+    if field != "down" or row0:
+        raise Unsupported(f"a turned input on {field} (the native step turns down's only)")
+    if m > TURN_MAX_M or not turn_fits(k, m):
+        raise Unsupported(f"a turn of {k} inputs with an odd part of {m}")
+    signs = _fp32_cpu(mod.turn_signs, "a turn's signs", (k,))
+    odd = _fp32_cpu(mod.turn_odd, "a turn's odd part", (m, m))
+    keep += [signs, odd]
+    d.turn_signs, d.turn_odd, d.turn_m = signs.data_ptr(), odd.data_ptr(), m
 
 
 def _at(t: torch.Tensor | None, row: int) -> int | None:
@@ -266,6 +284,8 @@ def _build(runner: Any, lib: Any) -> DecodePlan:
                 ("gate", parts.gate, (inter, hidden)), ("up", parts.up, (inter, hidden)),
                 ("down", parts.down, (hidden, inter))):
             setattr(d, field, _linear(mod, n, k, keep, row0))
+            if getattr(mod, "turn_signs", None) is not None:
+                _turn(d, mod, field, row0, keep)
         e, qe = _layer_norms(d, parts, layer, hidden, hd, keep, offset, runner.has_qk_norm)
         if (eps is not None and e != eps) or (qk_eps is not None and qe != qk_eps):
             raise Unsupported("layers use different norm eps")

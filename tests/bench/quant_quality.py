@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="weight scales per group of this many inputs (default: the method's)")
     ap.add_argument("--rotate", default="off", choices=["off", "on"],
                     help="as `quantize --rotate`")
+    ap.add_argument("--turn-down", default="auto", choices=["auto", "on", "off"],
+                    help="as `quantize --turn-down` (w8a8-static)")
+    ap.add_argument("--int8-head", default="off", choices=["on", "off"],
+                    help="lm_head and embedding in int8 too (the bars are held without)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--print-only", default=None,
                     help="comma-separated text names to print (the rest goes to --json-out "
@@ -86,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                                                   self_prompts=self_prompts_for(method))
             extra = {} if args.group_size is None else {"group_size": args.group_size}
             req = QuantizeRequest(model_dir="", out_dir=None, method=method,
-                                  rotate=args.rotate, **extra)
+                                  rotate=args.rotate,
+                                  turn_down=args.turn_down if method == "w8a8-static" else "auto",
+                                  int8_head=args.int8_head, **extra)
             model = copy.deepcopy(loaded.model)
             cfg, rotation = rotated_config(req, req.config(), model)
             res = run_auto(model, tok, cfg, samples, source)
@@ -95,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             run = {"method": method, "seed": seed, "change_pct": change,
                    "int8_weight_fraction": res.int8_weight_fraction,
                    "kept_float": len(res.kept_float), "rotated": rotation.rotate,
+                   "down_turned": res.info.config["recipe"].get("turned_down_inputs", 0),
+                   "int8_head": args.int8_head == "on",
                    "seconds": time.perf_counter() - t0,
                    "calibration": res.calibration}
             runs.append(run)
