@@ -138,12 +138,16 @@ def hadamard_orthogonal(dim: int, seed: int) -> torch.Tensor:
     for dim = 2^k * m, with H Sylvester's Hadamard matrix, R_m a seeded random orthogonal of the
     odd part (1 when dim is a power of two) and D random signs. Every entry of H_2^k is
     +-1/sqrt(2^k), so no output channel leans on a few inputs, whatever the seed."""
-    signs, r = hadamard_factors(dim, seed)
+    return hadamard_from_factors(*hadamard_factors(dim, seed))
+
+
+def hadamard_from_factors(signs: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
+    """D (H (x) Q) from its factors (hadamard_factors), in float64."""
     h = torch.ones(1, 1, dtype=torch.float64)
-    while h.shape[0] < dim // r.shape[0]:
+    while h.shape[0] < signs.shape[0] // odd.shape[0]:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
     h = h / h.shape[0] ** 0.5
-    return signs.unsqueeze(1) * torch.kron(h, r)
+    return signs.double().unsqueeze(1) * torch.kron(h, odd.double())
 
 
 def _set(lin: torch.nn.Module, name: str, value: torch.Tensor) -> None:

@@ -65,7 +65,7 @@ def _turned_forward(self, x):
 def turn_down_inputs(model: Any, seed: int = SEED) -> int:
     """Turn every turnable MLP's down_proj input; the float model's function is unchanged.
     Returns how many were turned."""
-    from .rotate import hadamard_factors
+    from .rotate import hadamard_factors, hadamard_from_factors
 
     count = 0
     for mod in list(model.modules()):
@@ -73,7 +73,7 @@ def turn_down_inputs(model: Any, seed: int = SEED) -> int:
             continue
         down = mod.down_proj
         signs, odd = hadamard_factors(down.in_features, seed)
-        r = signs.unsqueeze(1) * _kron_h(odd, down.in_features)
+        r = hadamard_from_factors(signs, odd)
         down.weight.copy_((down.weight.double() @ r).to(down.weight.dtype))
         mod.register_buffer(_SIGNS, signs.float(), persistent=False)
         mod.register_buffer(_ODD, odd.float(), persistent=False)
@@ -82,19 +82,12 @@ def turn_down_inputs(model: Any, seed: int = SEED) -> int:
     return count
 
 
-def _kron_h(odd: torch.Tensor, dim: int) -> torch.Tensor:
-    """H (x) Q in float64, H the normalized Sylvester matrix of dim / m."""
-    h = torch.ones(1, 1, dtype=torch.float64)
-    while h.shape[0] < dim // odd.shape[0]:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return torch.kron(h / h.shape[0] ** 0.5, odd)
-
-
 @torch.no_grad()
 def settle(model: Any) -> int:
     """Hand each turned MLP's turn to its int8 down_proj, or turn a float one's weight back,
     and give the MLP its own forward again. Returns how many int8 layers keep a turn."""
     from ..kernels.int8_linear import Int8Linear
+    from .rotate import hadamard_from_factors
 
     kept = 0
     for mod in list(model.modules()):
@@ -106,7 +99,7 @@ def settle(model: Any) -> int:
             down.set_input_turn(signs, odd)
             kept += 1
         else:  # kept float: W R R^T = W
-            r = signs.double().unsqueeze(1) * _kron_h(odd.double(), down.in_features)
+            r = hadamard_from_factors(signs, odd)
             down.weight.copy_((down.weight.double() @ r.t()).to(down.weight.dtype))
         del mod._buffers[_SIGNS], mod._buffers[_ODD]
         del mod.forward  # the instance's, so the class's forward is the one again
