@@ -232,8 +232,8 @@ def test_special_values_stay_where_the_avx2_build_puts_them(products):
 def test_two_decode_steps_of_a_mixed_model_match_bit_for_bit(builds, tmp_path):
     """npc_decode_layers end to end (RMSNorm, q/k norms, partial rotary with two tables, the KV
     write, windowed and full attention with soft-capped scores and its exp, SiLU then GELU,
-    sandwich norms, residuals; fp32, W8A16 and W8A8 layers mixed): hidden states and KV
-    caches of two steps, three sequences, two threads."""
+    sandwich norms, residuals; fp32, W8A16 and W8A8 layers mixed; a turned down_proj input):
+    hidden states and KV caches of two steps, three sequences, two threads."""
     out = {}
     for name in ("avx2", "neon-dotprod", "neon"):
         res = _run(builds[name], "decode", str(tmp_path / name))

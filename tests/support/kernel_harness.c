@@ -116,6 +116,7 @@ static int decode(const char *out_path) {
     const int64_t H = md.hidden, hd = md.head_dim, kvh = md.kv_heads, ml = md.max_len;
     const int64_t M = 3, slots = 3, qd = md.heads * hd, kvd = kvh * hd;
     npc_layer_t layers[2];
+    memset(layers, 0, sizeof layers); /* fields a layer does not set are off (NULL, 0) */
     for (int li = 0; li < 2; li++) {
         npc_layer_t *L = layers + li;
         /* every product kind in the mix, per-group and per-channel W8A16, both W8A8 scales */
@@ -137,6 +138,11 @@ static int decode(const char *out_path) {
         L->mlp_out_norm = li ? floats(H, 1.5f) : NULL;
         L->window = li ? 4 : 0;
         L->rope = li;
+        if (!li) { /* layer 0's down input turned (turn_row): 96 = 32 x 3 */
+            L->turn_signs = floats(md.inter, 1.0f);
+            L->turn_odd = floats(9, 0.6f);
+            L->turn_m = 3;
+        }
     }
     float *h = floats(M * H, 3.0f);
     const int64_t slot[3] = {2, 0, 1};
