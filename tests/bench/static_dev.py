@@ -40,7 +40,8 @@ class DevData:
     base_own: float
 
 
-def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 9) -> DevData:
+def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 9,
+             calib_seed: int = 0) -> DevData:
     from npu_console.engine.models.loader import load_model
     from npu_console.engine.paths import CALIB_DIR
     from npu_console.engine.quant import eval_methods as em
@@ -63,7 +64,7 @@ def dev_data(model_path: str, method: str = "w8a8-static", own_text_seed: int = 
         return calibration_samples(loaded.model, tok, None, 0, 0, loaded.files_dir, None,
                                    None, self_tokens=tokens, seed=seed, self_prompts=prompts)
 
-    samples, source = draw(0, self_tokens_for(method), self_prompts_for(method))
+    samples, source = draw(calib_seed, self_tokens_for(method), self_prompts_for(method))
     own = eval_measure(tok, None, draw(own_text_seed, 256)[0])
     return DevData(loaded, samples, source, dev, own, dev(loaded.model), own(loaded.model))
 

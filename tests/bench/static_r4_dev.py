@@ -39,14 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from static_dev import dev_data  # beside this script
     from static_overflow_dev import code_perplexity
 
-    d = dev_data(args.model, "w8a8-static", args.own_text_seed)
-    tok = d.loaded.tokenizer
-    samples, source = d.samples, d.source
-    if args.seed:
-        samples, source = auto.calibration_samples(
-            d.loaded.model, tok, None, 0, 0, d.loaded.files_dir, None, None,
-            self_tokens=auto.self_tokens_for("w8a8-static"), seed=args.seed,
-            self_prompts=auto.self_prompts_for("w8a8-static"))
+    d = dev_data(args.model, "w8a8-static", args.own_text_seed, calib_seed=args.seed)
+    tok, samples, source = d.loaded.tokenizer, d.samples, d.source
     code = code_perplexity(tok)
     base = {"dev": d.base_dev, "own": d.base_own, "code": code(d.loaded.model)}
     print(json.dumps({"float": base, "calibration": source}), flush=True)
